@@ -1,0 +1,68 @@
+"""The single entry point: compose the config, validate it, run one stage.
+
+    python launch.py stage=eval policy=oracle tasks=travel
+    python launch.py -m stage=eval policy=oracle,null tasks=travel     # Hydra multirun
+    python launch.py show=true ...                                     # print config and plan, exit
+
+Heavy imports happen inside the stage. Errors in user input print one clear line (file, field,
+fix) and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from tbx.config import Config, register_configs
+from tbx.errors import InputError
+
+register_configs()
+
+# Hydra reads a bare `null` as "no option", so `policy=null` (the do-nothing agent) would select no
+# policy at all. The option file is policy/null_agent.yaml; these words name it on the command line.
+POLICY_ALIASES = {"null": "null_agent"}
+
+
+def rewrite_aliases(argv: list[str]) -> list[str]:
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+~") == "policy":
+            value = ",".join(POLICY_ALIASES.get(v, v) for v in value.split(","))
+        out.append(f"{key}{sep}{value}")
+    return out
+
+
+def run_stage(cfg: Config):  # noqa: ANN201 - whatever the stage returns (its summary)
+    from tbx.stages import STAGES
+
+    if cfg.stage.name not in STAGES:
+        raise InputError("conf/stage", "stage.name", f"unknown stage {cfg.stage.name!r}",
+                         f"use one of {sorted(STAGES)}")
+    module, _, function = STAGES[cfg.stage.name].partition(":")
+    return getattr(importlib.import_module(module), function)(cfg)
+
+
+@hydra.main(config_path="conf", config_name="config", version_base="1.3")
+def main(dict_cfg: DictConfig) -> None:
+    if dict_cfg.show:
+        print(OmegaConf.to_yaml(dict_cfg, resolve=True))
+    try:
+        cfg: Config = OmegaConf.to_object(dict_cfg)
+        if cfg.show:
+            from tbx.runs import identity_settings, run_name
+
+            print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+            return
+        run_stage(cfg)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    sys.argv[1:] = rewrite_aliases(sys.argv[1:])
+    main()

@@ -1,0 +1,71 @@
+"""The backend interface: build a template database once per task, clone it per episode."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, MetaData, insert
+
+from tbx.errors import ConfigError
+
+
+@dataclass
+class EpisodeDatabase:
+    """One episode's own database. `engine` is for the tools; graders open their own."""
+
+    url: str
+    engine: Engine
+    name: str
+
+
+class Backend(ABC):
+    """Creates templates and isolated per-episode clones."""
+
+    kind: str
+
+    @abstractmethod
+    def ensure_template(self, key: str, metadata: MetaData, rows: Mapping[str, Sequence[dict[str, Any]]]) -> str:
+        """Build (once; later calls reuse it) the template `key` and return its handle."""
+
+    @abstractmethod
+    def clone(self, template: str) -> EpisodeDatabase:
+        """A fresh database with the template's content, seen by nobody else."""
+
+    @abstractmethod
+    def open_reader(self, db: EpisodeDatabase) -> Engine:
+        """A separate engine on the same database, for the grader (dispose it after use)."""
+
+    @abstractmethod
+    def drop(self, db: EpisodeDatabase) -> None:
+        """Delete the episode database."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release shared resources (admin connections)."""
+
+
+def fill(engine: Engine, metadata: MetaData, rows: Mapping[str, Sequence[dict[str, Any]]]) -> None:
+    """Create the schema and insert `rows` (table → rows), parents before children."""
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            table_rows = rows.get(table.name)
+            if table_rows:
+                conn.execute(insert(table), [dict(r) for r in table_rows])
+
+
+def make_backend(kind: str, url: str | None, workdir: str) -> Backend:
+    if kind == "sqlite":
+        from tbx.backend.sqlite import SQLiteBackend
+
+        return SQLiteBackend(workdir)
+    if kind == "postgres":
+        if not url:
+            raise ConfigError("conf/backend/postgres.yaml", "backend.url", "is empty",
+                              "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
+        from tbx.backend.postgres import PostgresBackend
+
+        return PostgresBackend(url)
+    raise ConfigError("conf/backend", "backend.kind", f"is {kind!r}", "use backend=sqlite or backend=postgres")

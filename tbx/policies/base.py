@@ -1,0 +1,42 @@
+"""The one policy interface.
+
+A `Policy` is built once per run (it may hold a model, an HTTP client, a batching scheduler) and
+hands out one `Agent` per episode. An agent is asked for the next assistant turn given the
+conversation so far and the tool schemas from the MCP session; it returns text and/or tool calls
+with token usage. Only the oracle and replay policies look at the task itself (they are
+references, not agents under test); model-backed agents see nothing but the conversation.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tbx.messages import AssistantTurn, Message, ToolSchema
+from tbx.tasks.model import Task
+
+
+@dataclass(frozen=True)
+class EpisodeContext:
+    task: Task
+    attempt: int
+    seed: int  # per-episode sampling seed, derived from the run seed, task and attempt
+
+
+class Agent(ABC):
+    @abstractmethod
+    async def act(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> AssistantTurn:
+        """The next assistant turn. Raise `InfraError` when the model endpoint fails."""
+
+
+class Policy(ABC):
+    name: str = "policy"
+    model_name: str = ""  # what produced the tokens, for accounting and reports
+
+    @abstractmethod
+    def agent(self, context: EpisodeContext) -> Agent:
+        """A fresh agent for one episode."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release model servers, HTTP clients, schedulers."""

@@ -1,0 +1,117 @@
+"""Reference policies: `oracle` plays the task's reference solution, `null` does nothing and
+says it is done, `replay` plays recorded assistant turns from a file.
+
+They exist to validate tasks (the oracle must pass, the null agent must fail) and to re-run
+transcripts; they are not agents under test, which is why they may read the task.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from tbx.config import Config
+from tbx.errors import ConfigError
+from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema
+from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.tasks.model import Step
+
+DONE = "I have taken care of your request. Everything is done."
+
+
+class ScriptAgent(Agent):
+    """Plays a fixed list of assistant turns, then reports done."""
+
+    def __init__(self, turns: Sequence[AssistantTurn]):
+        self.turns = list(turns)
+        self.position = 0
+
+    async def act(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> AssistantTurn:
+        if self.position >= len(self.turns):
+            return AssistantTurn(content=DONE)
+        turn = self.turns[self.position]
+        self.position += 1
+        return turn
+
+
+def turns_from_steps(steps: Sequence[Step]) -> list[AssistantTurn]:
+    turns = []
+    for i, step in enumerate(steps):
+        if step.tool is not None:
+            turns.append(AssistantTurn(tool_calls=(ToolCall(step.tool, dict(step.arguments), f"call_{i}"),)))
+        else:
+            turns.append(AssistantTurn(content=step.say or ""))
+    return turns
+
+
+class OraclePolicy(Policy):
+    name = "oracle"
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> OraclePolicy:
+        return cls()
+
+    def agent(self, context: EpisodeContext) -> Agent:
+        return ScriptAgent(turns_from_steps(context.task.reference))
+
+
+class NullPolicy(Policy):
+    name = "null"
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> NullPolicy:
+        return cls()
+
+    def agent(self, context: EpisodeContext) -> Agent:
+        return ScriptAgent([AssistantTurn(content=DONE)])
+
+
+def _turns_from_record(record: dict, source: str) -> list[AssistantTurn]:
+    if "steps" in record:
+        return turns_from_steps([Step(tool=s.get("tool"), arguments=s.get("arguments") or {}, say=s.get("say"))
+                                 for s in record["steps"]])
+    if "transcript" in record:
+        turns = []
+        for message in record["transcript"]:
+            if message.get("role") == "assistant":
+                parsed = Message.from_dict(message)
+                turns.append(AssistantTurn(content=parsed.content, tool_calls=parsed.tool_calls))
+        return turns
+    raise ConfigError(source, "policy.path", "a record has neither 'steps' nor 'transcript'",
+                      "give episodes.jsonl of an earlier run or records {task_id:, steps: [...]}")
+
+
+class ReplayPolicy(Policy):
+    """Plays turns recorded per task id (attempt-specific when the file has several attempts)."""
+
+    name = "replay"
+
+    def __init__(self, path: str):
+        self.source = path
+        self.turns: dict[tuple[str, int | None], list[AssistantTurn]] = {}
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(path, "policy.path", "no such file", "give policy.path=FILE (episodes.jsonl or steps)")
+        for number, line in enumerate(file.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{number}", "policy.path", f"not JSON ({exc.msg})", "one JSON per line") from exc
+            if "task_id" not in record:
+                raise ConfigError(f"{path}:{number}", "task_id", "missing", "each record names its task_id")
+            attempt = record.get("attempt")
+            self.turns[(record["task_id"], attempt)] = _turns_from_record(record, f"{path}:{number}")
+            self.turns.setdefault((record["task_id"], None), self.turns[(record["task_id"], attempt)])
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> ReplayPolicy:
+        if not cfg.policy.path:
+            raise ConfigError("conf/policy/replay.yaml", "policy.path", "is empty", "give policy.path=FILE")
+        return cls(cfg.policy.path)
+
+    def agent(self, context: EpisodeContext) -> Agent:
+        turns = self.turns.get((context.task.id, context.attempt)) or self.turns.get((context.task.id, None))
+        return ScriptAgent(turns or [AssistantTurn(content=DONE)])

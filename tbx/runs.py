@@ -1,0 +1,66 @@
+"""Run identity and run folders.
+
+A run is named by a hash of the settings that change its results (not paths, logging or
+concurrency), so the same command lands in the same folder and resumes there. The resolved
+config and the git commit are saved beside the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tbx.config import Config
+from tbx.tasks.model import hash_json
+
+
+def identity_settings(cfg: Config) -> dict[str, Any]:
+    settings = {
+        "stage": cfg.stage.name,
+        "tasks": dataclasses.asdict(cfg.tasks),
+        "policy": dataclasses.asdict(cfg.policy),
+        "user": {"target": cfg.user._target_, "model": cfg.user.endpoint.model},
+        "judge": {"target": cfg.judge._target_, "model": cfg.judge.endpoint.model},
+        "attempts": cfg.eval.attempts,
+        "seed": cfg.seed,
+    }
+    if "reference" not in cfg.policy._target_:
+        model = dataclasses.asdict(cfg.model)
+        for key in ("cache_dir", "threads", "batch_size", "endpoint"):
+            model.pop(key)
+        settings["model"] = model | {"endpoint_model": cfg.model.endpoint.model}
+    return settings
+
+
+def run_identity(cfg: Config) -> str:
+    return hash_json(identity_settings(cfg))[:10]
+
+
+def run_name(cfg: Config) -> str:
+    return f"{cfg.stage.name}-{cfg.tasks.name}-{cfg.policy.name}-{run_identity(cfg)}"
+
+
+def resolve_run_dir(cfg: Config) -> Path:
+    path = Path(cfg.run_dir) if cfg.run_dir else Path(cfg.out_root) / run_name(cfg)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def save_run_meta(run_dir: Path, cfg: Config) -> None:
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
+    (run_dir / "run.json").write_text(json.dumps(meta, indent=2))

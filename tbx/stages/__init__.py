@@ -1,0 +1,6 @@
+"""Stages: orchestration (I/O, progress, concurrency) around the pure core. One function each."""
+
+STAGES = {
+    "eval": "tbx.stages.eval:run_eval",
+    "regrade": "tbx.stages.regrade:run_regrade",
+}

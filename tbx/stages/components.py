@@ -1,0 +1,37 @@
+"""Build the pluggable parts named by `_target_` (policy, user, judge) and the backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.utils import get_object
+
+from tbx.backend import Backend, make_backend
+from tbx.config import Config
+from tbx.errors import ConfigError
+
+
+def _build(target: str, group: str, cfg: Config) -> Any:
+    try:
+        factory = get_object(target)
+    except Exception as exc:
+        raise ConfigError(f"conf/{group}", f"{group}._target_", f"cannot import {target!r} ({exc})",
+                          f"pick an option from conf/{group}/ or give an importable class") from exc
+    build = getattr(factory, "from_config", factory)
+    return build(cfg)
+
+
+def build_policy(cfg: Config):  # noqa: ANN201 - returns a Policy
+    return _build(cfg.policy._target_, "policy", cfg)
+
+
+def build_user(cfg: Config):  # noqa: ANN201 - returns a UserSimulator
+    return _build(cfg.user._target_, "user", cfg)
+
+
+def build_judge(cfg: Config):  # noqa: ANN201 - returns a Judge or None
+    return None if cfg.judge._target_ is None else _build(cfg.judge._target_, "judge", cfg)
+
+
+def build_backend(cfg: Config) -> Backend:
+    return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir)

@@ -1,0 +1,106 @@
+"""stage=eval: every task of the set, `eval.attempts` times, concurrently, resumable.
+
+Results go to `<run folder>/episodes.jsonl` (one line per try); the run folder is named by the
+run's identity hash, so re-running the same command resumes where a killed run stopped. Error
+outcomes are re-run up to `eval.max_error_retries` times and never count as failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
+from tbx.config import Config
+from tbx.episodes import run_episode
+from tbx.episodes.log import EpisodeLog
+from tbx.errors import ConfigError
+from tbx.metrics import format_summary, outcome_summary
+from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.stages.components import build_backend, build_judge, build_policy, build_user
+
+
+def episode_seed(run_seed: int, task_id: str, attempt: int, try_index: int) -> int:
+    digest = hashlib.sha256(f"{run_seed}|{task_id}|{attempt}|{try_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def validate_eval(cfg: Config) -> None:
+    e = cfg.eval
+    if e.attempts < 1:
+        raise ConfigError("conf/config.yaml", "eval.attempts", f"is {e.attempts}", "give eval.attempts >= 1")
+    if e.concurrency < 1:
+        raise ConfigError("conf/config.yaml", "eval.concurrency", f"is {e.concurrency}", "give >= 1")
+    if e.num_shards < 1 or not 0 <= e.shard < e.num_shards:
+        raise ConfigError("conf/config.yaml", "eval.shard", f"shard {e.shard} of {e.num_shards}",
+                          "give 0 <= eval.shard < eval.num_shards")
+
+
+def write_runtimes(path: Path, runtimes: dict[str, TaskRuntime]) -> None:
+    """Tasks as run (content, initial state, expected changes): what `stage=regrade` needs."""
+    lines = [json.dumps({"task": rt.task.raw, "source": rt.task.source, "initial": rt.initial,
+                         "expected": [vars(e) for e in rt.expected], "volatile": list(rt.volatile)}, default=str)
+             for rt in runtimes.values()]
+    path.write_text("\n".join(lines) + "\n")
+
+
+async def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: EpisodeLog, backend) -> None:  # noqa: ANN001
+    pending = [(task_id, a) for task_id in runtimes for a in range(cfg.eval.attempts)
+               if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
+    policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
+    gate = asyncio.Semaphore(cfg.eval.concurrency)
+    bar = tqdm(total=len(pending), desc=f"eval {cfg.policy.name}", unit="ep", file=sys.stderr,
+               disable=None, dynamic_ncols=True)
+
+    async def attempt(task_id: str, index: int) -> None:
+        async with gate:
+            while not log.is_final(task_id, index, cfg.eval.max_error_retries):
+                seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
+                result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed)
+                log.append(result)
+            bar.update(1)
+
+    try:
+        await asyncio.gather(*(attempt(t, a) for t, a in pending))
+    finally:
+        bar.close()
+        for part in (policy, user, judge):
+            if part is not None:
+                await part.aclose()
+
+
+def run_eval(cfg: Config) -> dict[str, Any]:
+    validate_eval(cfg)
+    tasks = resolve_tasks(cfg.tasks)[cfg.eval.shard :: cfg.eval.num_shards]
+    if not tasks:
+        raise ConfigError("conf/tasks", "tasks", "the task set is empty after filtering",
+                          "check tasks.split, tasks.families, tasks.limit and the shard")
+    run_dir = resolve_run_dir(cfg)
+    save_run_meta(run_dir, cfg)
+    suffix = f".shard{cfg.eval.shard}of{cfg.eval.num_shards}" if cfg.eval.num_shards > 1 else ""
+    log = EpisodeLog(run_dir / f"episodes{suffix}.jsonl")
+    backend = build_backend(cfg)
+    try:
+        runtimes = {t.id: prepare_task(t, backend) for t in tqdm(tasks, desc="prepare", unit="task",
+                                                                   file=sys.stderr, disable=None)}
+        write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
+        asyncio.run(_campaign(cfg, runtimes, log, backend))
+    finally:
+        backend.close()
+    wanted = {(t, a) for t in runtimes for a in range(cfg.eval.attempts)}
+    records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
+    summary = outcome_summary(records) | {"run_dir": str(run_dir), "policy": cfg.policy.name,
+                                          "tasks": cfg.tasks.name, "attempts": cfg.eval.attempts,
+                                          "error_tries": log.error_tries()}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    if cfg.summary_path:
+        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
+    print(format_summary(summary, f"eval {cfg.tasks.name} with {cfg.policy.name} -> {run_dir}"))
+    return summary

@@ -1,0 +1,78 @@
+"""stage=regrade: recompute every stored verdict from the stored terminal state, without
+re-running any episode (peer-benchmarks §5.8: versioned, re-gradable results).
+
+Each episode stored the tables that changed; the run folder stored each task's initial state
+and expected changes. Grading them again with the current grader shows whether every verdict
+is reproduced; a grader change that flips verdicts is listed episode by episode.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tbx.backend.state import apply_delta
+from tbx.config import Config
+from tbx.episodes.log import ERROR_VALUES, EpisodeLog
+from tbx.episodes.record import Outcome
+from tbx.errors import ConfigError
+from tbx.grading import grade_state
+from tbx.grading.judge import JudgeVerdict
+from tbx.tasks.loader import load_task
+from tbx.tasks.model import ExpectedChange
+
+
+def _load_runtimes(run_dir: Path) -> dict[str, dict[str, Any]]:
+    runtimes = {}
+    for path in sorted(run_dir.glob("tasks*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                data = json.loads(line)
+                runtimes[data["task"]["id"]] = data
+    return runtimes
+
+
+def regrade_record(record: dict[str, Any], runtime: dict[str, Any]) -> str:
+    """The outcome the current grader gives a stored episode."""
+    task = load_task(runtime["task"], runtime["source"], policy_text="(stored)")
+    initial = runtime["initial"]
+    final = apply_delta(initial, record["final_delta"])
+    expected = [ExpectedChange(**e) for e in runtime["expected"]]
+    stored_judge = (record.get("grade") or {}).get("judge") or []
+    verdicts = [JudgeVerdict(v["rule_id"], v["passed"], v["reason"]) for v in stored_judge]
+    grade = grade_state(initial, final, expected, runtime["volatile"], task.checks.loose, task.checks.judge,
+                        verdicts if (stored_judge or not task.checks.judge) else None)
+    if grade.passed is None:
+        return Outcome.EXCLUDED.value
+    return Outcome.SUCCESS.value if grade.passed else Outcome.FAILURE.value
+
+
+def run_regrade(cfg: Config) -> dict[str, Any]:
+    if not cfg.regrade.run_dir:
+        raise ConfigError("conf/config.yaml", "regrade.run_dir", "is empty", "give regrade.run_dir=RUN_FOLDER")
+    run_dir = Path(cfg.regrade.run_dir)
+    logs = sorted(run_dir.glob("episodes*.jsonl"))
+    if not logs:
+        raise ConfigError(str(run_dir), "regrade.run_dir", "holds no episodes*.jsonl", "point it at an eval run")
+    runtimes = _load_runtimes(run_dir)
+    checked, reproduced, mismatches = 0, 0, []
+    for path in logs:
+        for record in EpisodeLog(path).records:
+            if record["final_delta"] is None or record["outcome"] in ERROR_VALUES:
+                continue  # no verdict was reached: nothing to reproduce
+            outcome = regrade_record(record, runtimes[record["task_id"]])
+            checked += 1
+            if outcome == record["outcome"]:
+                reproduced += 1
+            else:
+                mismatches.append({"task_id": record["task_id"], "attempt": record["attempt"],
+                                   "stored": record["outcome"], "regraded": outcome})
+    summary = {"run_dir": str(run_dir), "checked": checked, "reproduced": reproduced, "mismatches": mismatches}
+    (run_dir / "regrade.json").write_text(json.dumps(summary, indent=2))
+    if cfg.summary_path:
+        Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
+    print(f"regrade {run_dir}: {reproduced}/{checked} verdicts reproduced, {len(mismatches)} differ")
+    for item in mismatches[:20]:
+        print(f"  {item['task_id']} attempt {item['attempt']}: stored {item['stored']}, now {item['regraded']}")
+    return summary

@@ -1,0 +1,41 @@
+"""The simulated-user interface, shared by the scripted user and the LLM user."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from tbx.messages import Message, Usage
+from tbx.tasks.model import UserScenario
+
+STOP = "###STOP###"
+
+
+@dataclass(frozen=True)
+class UserTurn:
+    text: str
+    done: bool  # the user considers the conversation over
+    usage: Usage = field(default_factory=Usage)
+    revealed: tuple[str, ...] = ()  # names of private facts this turn disclosed
+
+
+class UserSession(ABC):
+    @abstractmethod
+    def opening(self) -> str:
+        """The user's first message (the scenario's opening message)."""
+
+    @abstractmethod
+    async def reply(self, conversation: Sequence[Message]) -> UserTurn:
+        """Answer the agent's last message. Raise `UserSimError` when the simulator fails."""
+
+
+class UserSimulator(ABC):
+    name: str = "user"
+
+    @abstractmethod
+    def session(self, scenario: UserScenario, seed: int) -> UserSession:
+        """A fresh user for one episode."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
+        """Release endpoints."""

@@ -1,0 +1,82 @@
+"""Malformed task files fail with the file, the field and the fix."""
+
+import pytest
+import yaml
+
+from tbx.catalog import resolve_tasks
+from tbx.config import TasksConfig
+from tbx.domains import get_domain
+from tbx.errors import TaskFormatError
+from tbx.tasks import load_task
+
+
+def good_task() -> dict:
+    return dict(get_domain("mock").generate_tasks(0)[0])
+
+
+def write(tmp_path, data, name="task.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_good_file_loads(tmp_path):
+    write(tmp_path, good_task())
+    tasks = resolve_tasks(TasksConfig(name="files", path=str(tmp_path)))
+    assert [t.id for t in tasks] == ["mock/transfer/5"]
+    assert "Frozen accounts cannot send money" in tasks[0].policy  # the domain policy by default
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fix"),
+    [
+        (lambda t: t.pop("user"), "user", "add 'user:'"),
+        (lambda t: t.update(split="test"), "split", "use 'bench'"),
+        (lambda t: t.update(turn_limit=0), "turn_limit", "positive integer"),
+        (lambda t: t.update(colour="red"), "colour", "remove it"),
+        (lambda t: t["user"].pop("opening_message"), "user.opening_message", "non-empty string"),
+        (lambda t: t.update(reference=[]), "reference", "at least one step"),
+        (lambda t: t["reference"].append({"tool": "x", "say": "y"}), "reference[4]", "split it"),
+        (lambda t: t["checks"].update(expected=[]), "checks.expected", "at least one change"),
+        (lambda t: t["checks"]["expected"][0].update(op="upsert"), "checks.expected[0].op", "insert, update"),
+        (lambda t: t["checks"]["expected"][0].pop("key"), "checks.expected[0].key", "primary key"),
+        (lambda t: t.update(domain="airline"), "domain", "tbx/domains/airline"),
+        (lambda t: t.update(tools=["get_account", "fly"]), "tools", "unknown tool 'fly'"),
+        (lambda t: t.update(tools=["get_account"]), "reference[2].tool", "add it to 'tools'"),
+        (lambda t: t.update(seed={"rows": {"acounts": [{"id": 9}]}}), "seed.rows.acounts", "unknown table"),
+        (lambda t: t.update(seed={"rows": {"accounts": [{"idd": 9}]}}), "seed.rows.accounts[0].idd", "columns"),
+        (lambda t: t["checks"]["expected"][0].update(table="acct"), "checks.expected[0].table", "one of"),
+        (lambda t: t["checks"].update(volatile=["accounts.nope"]), "checks.volatile[0]", "table.column"),
+        (lambda t: t.update(id="../../etc/passwd"), "id", "letters"),
+    ],
+)
+def test_malformed_task_names_file_field_and_fix(tmp_path, change, field, fix):
+    data = good_task()
+    change(data)
+    path = write(tmp_path, data)
+    with pytest.raises(TaskFormatError) as info:
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+    assert info.value.source == str(path)
+    assert info.value.field == field
+    assert fix in str(info.value)
+
+
+def test_invalid_yaml_names_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("id: [unclosed\n")
+    with pytest.raises(TaskFormatError, match="broken.yaml: field '\\(file\\)': is not valid YAML"):
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+
+
+def test_duplicate_ids_are_refused(tmp_path):
+    write(tmp_path, good_task(), "a.yaml")
+    write(tmp_path, good_task(), "b.yaml")
+    with pytest.raises(TaskFormatError, match="is also used by"):
+        resolve_tasks(TasksConfig(name="files", path=str(tmp_path)))
+
+
+def test_load_task_keeps_structure():
+    task = load_task(good_task(), "mem", "policy text")
+    assert task.user.private_facts["owner_name"].keywords == ("name", "owner")
+    assert task.reference[2].arguments["amount"] == 5
+    assert task.content_hash == load_task(good_task(), "elsewhere", "x").content_hash
