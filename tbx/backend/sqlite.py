@@ -10,18 +10,30 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, MetaData, create_engine, event
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from tbx.backend.base import Backend, EpisodeDatabase, fill
 
+# SQLite stores Numeric as REAL; money columns come back as Decimal through SQLAlchemy and the
+# canonical state normalises them, so the dialect's warning about it is noise here.
+warnings.filterwarnings("ignore", message=r"Dialect sqlite\+pysqlite does \*not\* support Decimal")
 
-def sqlite_engine(path: Path) -> Engine:
-    engine = create_engine(f"sqlite:///{path}", poolclass=NullPool)
+
+
+def sqlite_engine(path: Path, shared: bool = False) -> Engine:
+    """An engine on one SQLite file. `shared`: one connection reused for every checkout (an
+    episode's tool calls run one at a time), which saves opening the file per call."""
+    if shared:
+        engine = create_engine(f"sqlite:///{path}", poolclass=StaticPool,
+                               connect_args={"check_same_thread": False})
+    else:
+        engine = create_engine(f"sqlite:///{path}", poolclass=NullPool)
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):  # noqa: ANN001 - SQLAlchemy's hook signature
@@ -39,7 +51,7 @@ class SQLiteBackend(Backend):
     def __init__(self, workdir: str):
         self.root = Path(workdir)
         self.templates = self.root / "templates"
-        self.episodes = self.root / "episodes" / f"{os.getpid()}"
+        self.episodes = self.root / "episodes" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this instance's own
         self.templates.mkdir(parents=True, exist_ok=True)
         self.episodes.mkdir(parents=True, exist_ok=True)
 
@@ -59,7 +71,7 @@ class SQLiteBackend(Backend):
         name = uuid.uuid4().hex
         path = self.episodes / f"{name}.sqlite"
         shutil.copyfile(template, path)
-        return EpisodeDatabase(url=f"sqlite:///{path}", engine=sqlite_engine(path), name=name)
+        return EpisodeDatabase(url=f"sqlite:///{path}", engine=sqlite_engine(path, shared=True), name=name)
 
     def open_reader(self, db: EpisodeDatabase) -> Engine:
         return sqlite_engine(Path(db.url.removeprefix("sqlite:///")))

@@ -1,7 +1,7 @@
 """Canonical database state: every table's rows ordered by primary key, values normalised.
 
 Normalisation makes equal things equal across backends and types: 25, 25.0 and Decimal('25.00')
-all become "25"; booleans become 0/1; dates and times become ISO strings. The state is plain
+all become "25"; booleans become "1"/"0" like the integers; dates and times become ISO strings. The state is plain
 JSON, so it is stored with each episode and graded again later without the database.
 """
 
@@ -24,7 +24,7 @@ def canonical(value: Any) -> Any:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
-        return int(value)
+        return "1" if value else "0"  # the same form as the integers 1 and 0
     if isinstance(value, int | float | Decimal):
         try:
             number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)

@@ -119,7 +119,9 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         server = build_server(task.domain, runtime.tools, db.engine, infra)
         agent = policy.agent(EpisodeContext(task, attempt, seed))
         async with open_tool_session(server, infra) as tools:
+            timings["session"] = time.perf_counter() - start - timings["clone"]
             ended_by = await _converse(runtime, tools, agent, user, log)
+            timings["tools"] = tools.seconds
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
         reader = backend.open_reader(db)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import mcp
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from sqlalchemy import Engine
 
@@ -38,7 +41,7 @@ class InfraLog:
     errors: list[str] = field(default_factory=list)
 
 
-def _bind(spec: ToolSpec, engine: Engine, infra: InfraLog):
+def _bind(spec: ToolSpec, engine: Engine | None, infra: InfraLog):  # noqa: ANN202
     signature = inspect.signature(spec.fn)
     params = list(signature.parameters.values())[1:]
 
@@ -59,13 +62,19 @@ def _bind(spec: ToolSpec, engine: Engine, infra: InfraLog):
     return call
 
 
+@cache
+def _prototype(spec: ToolSpec) -> Tool:
+    """The MCP tool definition (argument model, JSON schema) of `spec`, built once per process:
+    building it is most of a server's start-up cost, and only the bound function differs."""
+    annotations = ToolAnnotations(read_only_hint=spec.kind == "read", destructive_hint=spec.kind == "write")
+    return Tool.from_function(_bind(spec, None, InfraLog()), name=spec.name, description=spec.description,
+                              annotations=annotations, structured_output=False)
+
+
 def build_server(name: str, specs: Iterable[ToolSpec], engine: Engine, infra: InfraLog) -> MCPServer:
-    server = MCPServer(name, log_level="CRITICAL")
-    for spec in specs:
-        annotations = ToolAnnotations(read_only_hint=spec.kind == "read", destructive_hint=spec.kind == "write")
-        server.add_tool(_bind(spec, engine, infra), name=spec.name, description=spec.description,
-                        annotations=annotations, structured_output=False)
-    return server
+    """An MCP server whose tools act on `engine` (one episode's database)."""
+    tools = [_prototype(spec).model_copy(update={"fn": _bind(spec, engine, infra)}) for spec in specs]
+    return MCPServer(name, tools=tools, log_level="CRITICAL")
 
 
 class ToolSession:
@@ -77,14 +86,18 @@ class ToolSession:
         self.infra = infra
         self.calls = 0
         self.errors = 0
+        self.seconds = 0.0  # wall time spent in tool calls, MCP round trip included
 
     async def call(self, call: ToolCall) -> Message:
         self.calls += 1
+        start = time.perf_counter()
         try:
             result = await self._client.call_tool(call.name, call.arguments)
         except mcp.MCPError as exc:  # protocol-level refusal (bad request): the agent's mistake
             self.errors += 1
             return Message(role="tool", content=f"Error: {exc}", tool_call_id=call.id, name=call.name, is_error=True)
+        finally:
+            self.seconds += time.perf_counter() - start
         if self.infra.errors:
             raise InfraError(self.infra.errors[-1])
         text = "\n".join(getattr(part, "text", "") for part in result.content)

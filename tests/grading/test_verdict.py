@@ -27,7 +27,7 @@ def test_canonical_numbers_are_equal_across_types():
     # 25, 25.0 and Decimal("25.00") are the same amount; True is stored as 1
     assert canonical(25) == canonical(25.0) == canonical(Decimal("25.00")) == "25"
     assert canonical(Decimal("1450.50")) == canonical(1450.5) == "1450.5"
-    assert canonical(True) == 1 and canonical(None) is None
+    assert canonical(True) == canonical(1) == "1" and canonical(None) is None
 
 
 def test_expected_insert_passes_and_free_columns_are_not_compared():

@@ -1,0 +1,75 @@
+"""Shared fixtures: a throwaway PostgreSQL server, and a `backend` over SQLite and PostgreSQL.
+
+The PostgreSQL server is started by the project's own `scripts/pg_local.sh` (installing the
+Debian packages if needed), once per test session, in its own directory and on a free port, so
+two test sessions on one machine never share or stop each other's server. Tests needing it skip
+with the script's reason when it cannot start; `TBX_REQUIRE_PG=1` turns that skip into a failure
+(for CI), and `TBX_TEST_PG_URL` points the tests at a server that is already running instead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tbx.backend import Backend, make_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_SCRIPT = ROOT / "scripts" / "pg_local.sh"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _pg_dir() -> Path:
+    """A per-session cluster directory, on tmpfs when there is one (clones are ~10x faster)."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path("/tmp")
+    return base / f"tbx-pytest-pg-{os.getpid()}"
+
+
+def _script(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", str(PG_SCRIPT), *command], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """Admin URL of a PostgreSQL server for this session: postgresql+psycopg://postgres@127.0.0.1:PORT/postgres."""
+    external = os.environ.get("TBX_TEST_PG_URL")
+    if external:
+        yield external
+        return
+    env = {**os.environ, "PG_LOCAL_DIR": str(_pg_dir()), "PG_PORT": str(_free_port())}
+    started = _script(["start"], env)
+    if started.returncode != 0:
+        _script(["stop", "--wipe"], env)
+        lines = started.stderr.strip().splitlines() or ["no output"]
+        detail = next((line for line in lines if "error:" in line), lines[-1])
+        reason = f"PostgreSQL could not start (scripts/pg_local.sh start exited {started.returncode}: {detail})"
+        if os.environ.get("TBX_REQUIRE_PG") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield started.stdout.strip().splitlines()[-1]
+    finally:
+        _script(["stop", "--wipe"], env)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.integration)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """A fresh Backend of each kind: SQLite under tmp_path, PostgreSQL on the session server."""
+    url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+    made = make_backend(request.param, url, str(tmp_path))
+    try:
+        yield made
+    finally:
+        made.close()
