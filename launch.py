@@ -57,10 +57,12 @@ def main(dict_cfg: DictConfig) -> None:
 
             print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
             return
-        run_stage(cfg)
+        result = run_stage(cfg)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    if isinstance(result, dict) and result.get("exit_code"):
+        sys.exit(result["exit_code"])
 
 
 if __name__ == "__main__":

@@ -69,19 +69,23 @@ def load_domain_task(data: object, source: str) -> Task:
     return task
 
 
-def resolve_tasks(cfg: TasksConfig) -> list[Task]:
-    """The validated, filtered task list of a `tasks` config."""
-    tasks: list[Task] = []
-    for name in cfg.domains:
-        domain = get_domain(name)
-        for i, data in enumerate(domain.generate_tasks(cfg.seed)):
-            tasks.append(load_domain_task(data, f"tbx/domains/{name}/tasks.py#{i}"))
-    if cfg.path:
-        for file in _task_files(Path(cfg.path).expanduser()):
-            tasks.extend(load_domain_task(data, source) for data, source in read_task_file(file))
+def task_items(cfg: TasksConfig) -> list[tuple[object, str]]:
+    """Raw task mappings with their sources: bundled generators, then the user's files."""
     if not cfg.domains and not cfg.path:
         raise TaskFormatError("conf/tasks", "tasks.domains", "no domain and no path given",
                               "pick a task set (tasks=travel) or give tasks.path=FILE_OR_DIR")
+    items: list[tuple[object, str]] = []
+    for name in cfg.domains:
+        for i, data in enumerate(get_domain(name).generate_tasks(cfg.seed)):
+            items.append((data, f"tbx/domains/{name}/tasks.py#{i}"))
+    if cfg.path:
+        for file in _task_files(Path(cfg.path).expanduser()):
+            items.extend(read_task_file(file))
+    return items
+
+
+def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
+    """Refuse duplicate ids, then apply the split, family and limit filters."""
     seen: dict[str, str] = {}
     for task in tasks:
         if task.id in seen:
@@ -95,6 +99,11 @@ def resolve_tasks(cfg: TasksConfig) -> list[Task]:
     if cfg.limit is not None:
         tasks = tasks[: cfg.limit]
     return tasks
+
+
+def resolve_tasks(cfg: TasksConfig) -> list[Task]:
+    """The validated, filtered task list of a `tasks` config."""
+    return select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)], cfg)
 
 
 def validate_against_domain(task: Task, domain: Domain) -> None:

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tbx.errors import VerifierError
 from tbx.messages import Message, Usage
 from tbx.tasks.model import JudgeRule
 
@@ -32,3 +33,25 @@ class Judge(ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release endpoints."""
+
+
+class EvidenceJudge(Judge):
+    """A deterministic judge: a rule passes iff every evidence phrase the task declares appears in
+    some assistant message (case-insensitive). Weaker than an LLM judge (it cannot tell a
+    statement from a negation); it exists for task validation and offline runs where no judge
+    endpoint is available. A rule with no evidence cannot be decided: `VerifierError`."""
+
+    name = "evidence"
+
+    @classmethod
+    def from_config(cls, cfg: object) -> EvidenceJudge:
+        return cls()
+
+    async def decide(self, rule: JudgeRule, transcript: Sequence[Message]) -> JudgeVerdict:
+        if not rule.evidence:
+            raise VerifierError(f"rule {rule.id} declares no evidence; the evidence judge cannot decide it")
+        said = " ".join(m.content.lower() for m in transcript if m.role == "assistant")
+        missing = [e for e in rule.evidence if e.lower() not in said]
+        if missing:
+            return JudgeVerdict(rule.id, False, f"the agent never said {missing}")
+        return JudgeVerdict(rule.id, True, f"the agent said {list(rule.evidence)}")

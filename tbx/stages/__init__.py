@@ -3,4 +3,5 @@
 STAGES = {
     "eval": "tbx.stages.eval:run_eval",
     "regrade": "tbx.stages.regrade:run_regrade",
+    "validate": "tbx.stages.validate:run_validate",
 }

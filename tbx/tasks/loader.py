@@ -118,9 +118,13 @@ def _checks(data: Any, source: str) -> Checks:
         expected = tuple(_change(c, source, f"checks.expected[{i}]") for i, c in enumerate(raw))
     judge = []
     for i, rule in enumerate(_expect(data.get("judge") or [], list, source, "checks.judge", "give a list")):
-        rule = _expect(rule, dict, source, f"checks.judge[{i}]", "give {id:, rule:}")
+        rule = _expect(rule, dict, source, f"checks.judge[{i}]", "give {id:, rule:, evidence: [...]}")
+        evidence = _expect(rule.get("evidence") or [], list, source, f"checks.judge[{i}].evidence",
+                           "give a list of phrases a correct answer contains")
+        if not all(isinstance(e, str) and e.strip() for e in evidence):
+            raise _fail(source, f"checks.judge[{i}].evidence", "has an empty or non-string entry", "use strings")
         judge.append(JudgeRule(id=_text(rule, "id", source, f"checks.judge[{i}]."),
-                               rule=_text(rule, "rule", source, f"checks.judge[{i}].")))
+                               rule=_text(rule, "rule", source, f"checks.judge[{i}]."), evidence=tuple(evidence)))
     names = {}
     for key in ("volatile", "loose"):
         items = _expect(data.get(key) or [], list, source, f"checks.{key}", "give a list of 'table' or 'table.column'")

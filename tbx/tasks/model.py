@@ -66,6 +66,7 @@ class JudgeRule:
 
     id: str
     rule: str
+    evidence: tuple[str, ...] = ()  # phrases a correct agent message contains (e.g. "$1,450.00")
 
 
 @dataclass(frozen=True)

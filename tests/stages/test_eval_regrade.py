@@ -107,6 +107,6 @@ def test_launch_typo_fails_at_compose_time(tmp_path):
 
 
 def test_show_prints_config_and_exits(tmp_path):
-    out = launch("show=true", "tasks=mock", f"out_root={tmp_path}")
+    out = launch("show=true", "tasks=mock", "policy=oracle", f"out_root={tmp_path}")
     assert out.returncode == 0 and "# run: eval-mock-oracle-" in out.stdout
     assert not (tmp_path / "eval-mock-oracle").exists()

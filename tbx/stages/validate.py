@@ -1,0 +1,165 @@
+"""stage=validate: the admission gate for a task set.
+
+A task is admitted when it loads (schema), its reference solution passes, the null agent fails,
+and every single-fault mutation of its reference (a write dropped, a value wrong, one extra
+write elsewhere) fails. τ²-bench shipped 22 of 50 airline tasks that a do-nothing agent passes
+(peer-benchmarks §5.2); this gate keeps such tasks out. Run it on your own files too:
+
+    python launch.py stage=validate tasks=files tasks.path=my_tasks/ summary_path=gate.json
+
+Judge rules need a judge: the configured one, or, with none, the deterministic evidence judge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from tbx.backend import Backend
+from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
+from tbx.config import Config
+from tbx.episodes import Outcome, run_episode
+from tbx.errors import TaskFormatError
+from tbx.grading.judge import EvidenceJudge, Judge
+from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
+from tbx.stages.components import build_backend, build_judge
+from tbx.tasks.model import Step
+from tbx.tasks.mutations import mutate
+from tbx.users.scripted import ScriptedUser
+
+
+@dataclass
+class TaskVerdict:
+    task_id: str
+    family: str
+    source: str
+    reasons: list[str] = field(default_factory=list)
+    mutations: int = 0
+
+    @property
+    def admitted(self) -> bool:
+        return not self.reasons
+
+
+class StepsPolicy(Policy):
+    name = "mutation"
+
+    def __init__(self, steps: tuple[Step, ...]):
+        self.steps = steps
+
+    def agent(self, context: EpisodeContext) -> Agent:
+        return ScriptAgent(turns_from_steps(self.steps))
+
+
+async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None) -> TaskVerdict:
+    task = runtime.task
+    verdict = TaskVerdict(task.id, task.family, task.source)
+    if task.checks.judge and judge is None:
+        judge = EvidenceJudge()
+    user = ScriptedUser()
+    oracle = await run_episode(runtime, backend, OraclePolicy(), user, judge, 0, 0)
+    if oracle.outcome is not Outcome.SUCCESS:
+        verdict.reasons.append(f"reference solution does not pass ({oracle.outcome.value}: {oracle.cause})")
+    null = await run_episode(runtime, backend, NullPolicy(), user, judge, 0, 0)
+    if null.outcome is not Outcome.FAILURE:
+        verdict.reasons.append(f"the null agent is not failed ({null.outcome.value})")
+    tools = {spec.name: spec for spec in runtime.domain.tools}
+    mutations = mutate(task.reference, tools, runtime.domain.distractors)
+    verdict.mutations = len(mutations)
+    if not any(m.kind == "extra_write" for m in mutations):
+        verdict.reasons.append("no extra-write mutation possible: give the domain a distractor write")
+    for mutation in mutations:
+        result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0)
+        if result.outcome is not Outcome.FAILURE:
+            verdict.reasons.append(f"mutation passes ({mutation.description}): the checks miss this fault")
+    return verdict
+
+
+def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
+    """Every task that loads; a task that does not is rejected with the loader's message."""
+    tasks = []
+    try:
+        items = task_items(cfg.tasks)
+    except TaskFormatError as exc:  # a whole file unreadable
+        verdicts.append(TaskVerdict(exc.source, "(file)", exc.source, [str(exc)]))
+        return []
+    for data, source in items:
+        try:
+            tasks.append(load_domain_task(data, source))
+        except TaskFormatError as exc:
+            task_id = data.get("id", source) if isinstance(data, dict) else source
+            family = data.get("family", "(unknown)") if isinstance(data, dict) else "(unknown)"
+            verdicts.append(TaskVerdict(str(task_id), str(family), source, [str(exc)]))
+    return select_tasks(tasks, cfg.tasks)
+
+
+async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict]) -> None:
+    judge = build_judge(cfg)
+    gate = asyncio.Semaphore(cfg.eval.concurrency)
+    bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=None)
+
+    async def one(task) -> None:  # noqa: ANN001
+        async with gate:
+            try:
+                runtime = prepare_task(task, backend)
+            except TaskFormatError as exc:
+                verdicts.append(TaskVerdict(task.id, task.family, task.source, [str(exc)]))
+            else:
+                verdicts.append(await check_task(runtime, backend, judge))
+            bar.update(1)
+
+    try:
+        await asyncio.gather(*(one(t) for t in tasks))
+    finally:
+        bar.close()
+
+
+def gate_summary(verdicts: list[TaskVerdict]) -> dict[str, Any]:
+    families: dict[str, list[TaskVerdict]] = defaultdict(list)
+    for v in verdicts:
+        families[v.family].append(v)
+    return {
+        "n_tasks": len(verdicts),
+        "admitted": sum(v.admitted for v in verdicts),
+        "rejected": [{"id": v.task_id, "source": v.source, "reasons": v.reasons}
+                     for v in sorted(verdicts, key=lambda v: v.task_id) if not v.admitted],
+        "by_family": {name: {"tasks": len(vs), "admitted": sum(v.admitted for v in vs),
+                             "mutations": sum(v.mutations for v in vs)} for name, vs in sorted(families.items())},
+    }
+
+
+def format_gate(summary: dict[str, Any]) -> str:
+    lines = [f"{'family':36s} {'tasks':>6s} {'admitted':>9s} {'rejected':>9s} {'mutations':>10s}"]
+    for name, row in summary["by_family"].items():
+        lines.append(f"{name[:36]:36s} {row['tasks']:6d} {row['admitted']:9d} {row['tasks'] - row['admitted']:9d} "
+                     f"{row['mutations']:10d}")
+    lines.append(f"{'all':36s} {summary['n_tasks']:6d} {summary['admitted']:9d} "
+                 f"{summary['n_tasks'] - summary['admitted']:9d}")
+    for item in summary["rejected"][:50]:
+        lines.append(f"REJECTED {item['id']}: " + " | ".join(item["reasons"]))
+    return "\n".join(lines)
+
+
+def run_validate(cfg: Config) -> dict[str, Any]:
+    verdicts: list[TaskVerdict] = []
+    tasks = _load(cfg, verdicts)
+    backend = build_backend(cfg)
+    try:
+        asyncio.run(_gate(cfg, tasks, backend, verdicts))
+    finally:
+        backend.close()
+    summary = gate_summary(verdicts)
+    if cfg.summary_path:
+        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
+    print(format_gate(summary))
+    summary["exit_code"] = 0 if summary["admitted"] == summary["n_tasks"] else 1
+    return summary

@@ -1,0 +1,77 @@
+"""Every bundled domain's tasks are valid: the oracle passes all, the null agent fails all, and
+every single-fault mutation of each family's reference fails with the faulty record named."""
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+
+from tbx.catalog import prepare_task, resolve_tasks
+from tbx.config import TasksConfig
+from tbx.domains import domain_names, get_domain
+from tbx.episodes import Outcome, run_episode
+from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
+from tbx.tasks.mutations import mutate
+from tbx.users.scripted import ScriptedUser
+
+
+class StepsPolicy(NullPolicy):
+    def __init__(self, steps):
+        self.steps = steps
+
+    def agent(self, context):
+        return ScriptAgent(turns_from_steps(self.steps))
+
+
+def play_all(runtimes, backend, policies):
+    async def go():
+        return await asyncio.gather(*(run_episode(rt, backend, policy, ScriptedUser(), None, 0, 0)
+                                      for rt, policy in zip(runtimes, policies, strict=True)))
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module", params=domain_names())
+def domain_runtimes(request, tmp_path_factory):
+    from tbx.backend.sqlite import SQLiteBackend
+
+    backend = SQLiteBackend(str(tmp_path_factory.mktemp(request.param)))
+    tasks = resolve_tasks(TasksConfig(name=request.param, domains=[request.param]))
+    yield request.param, backend, [prepare_task(t, backend) for t in tasks]
+    backend.close()
+
+
+def test_oracle_passes_every_task(domain_runtimes):
+    _, backend, runtimes = domain_runtimes
+    results = play_all(runtimes, backend, [OraclePolicy()] * len(runtimes))
+    failed = [(r.task_id, r.outcome.value, r.cause) for r in results if r.outcome is not Outcome.SUCCESS]
+    assert not failed, failed
+
+
+def test_null_agent_fails_every_task(domain_runtimes):
+    _, backend, runtimes = domain_runtimes
+    results = play_all(runtimes, backend, [NullPolicy()] * len(runtimes))
+    passed = [r.task_id for r in results if r.outcome is not Outcome.FAILURE]
+    assert not passed, passed
+
+
+def test_every_family_mutation_fails_naming_the_record(domain_runtimes):
+    name, backend, runtimes = domain_runtimes
+    domain = get_domain(name)
+    tools = {spec.name: spec for spec in domain.tools}
+    by_family = defaultdict(list)
+    for runtime in runtimes:
+        by_family[runtime.task.family].append(runtime)
+    survivors, kinds = [], set()
+    for family, members in sorted(by_family.items()):
+        runtime = members[0]
+        mutations = mutate(runtime.task.reference, tools, domain.distractors)
+        assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}, family
+        results = play_all([runtime] * len(mutations), backend, [StepsPolicy(m.steps) for m in mutations])
+        for mutation, result in zip(mutations, results, strict=True):
+            kinds.add(mutation.kind)
+            failed = [c for c in (result.grade or {}).get("checks", []) if not c["passed"]]
+            named = any(c["rows"] or "missing" in c["detail"] for c in failed)
+            if result.outcome is not Outcome.FAILURE or not named:
+                survivors.append((family, mutation.description, result.outcome.value, result.cause))
+    assert not survivors, survivors
+    assert kinds == {"drop_write", "wrong_value", "extra_write"}

@@ -1,0 +1,43 @@
+"""stage=validate admits valid tasks and rejects each kind of invalid one, with the reason."""
+
+import json
+import subprocess
+import sys
+
+import yaml
+
+from tbx.domains import get_domain
+from tests.stages.test_eval_regrade import ROOT, make_cfg, run
+
+
+def mock_tasks():
+    good, transfer20, nickname = (dict(t) for t in get_domain("mock").generate_tasks(0))
+    blind = dict(transfer20, id="bad/blind-to-nicknames")
+    blind["checks"] = {"volatile": ["accounts.nickname"]}  # an extra write to a nickname goes unseen
+    readonly = dict(nickname, id="bad/changes-nothing",
+                    reference=[{"tool": "get_account", "arguments": {"account_id": 2}}, {"say": "Done."}])
+    broken = dict(good, id="bad/no-user")
+    broken.pop("user")
+    return [good, blind, readonly, broken]
+
+
+def test_gate_admits_good_and_names_why_others_are_rejected(tmp_path):
+    path = tmp_path / "tasks.yaml"
+    path.write_text(yaml.safe_dump({"tasks": mock_tasks()}))
+    summary = run(make_cfg(tmp_path, "stage=validate", "tasks=files", f"tasks.path={path}",
+                           f"summary_path={tmp_path}/gate.json"))
+    assert summary["n_tasks"] == 4 and summary["admitted"] == 1 and summary["exit_code"] == 1
+    reasons = {item["id"]: " ".join(item["reasons"]) for item in summary["rejected"]}
+    assert "mutation passes (extra set_nickname" in reasons["bad/blind-to-nicknames"]
+    assert "changes nothing" in reasons["bad/changes-nothing"]
+    assert "field 'user': missing" in reasons["bad/no-user"]
+    stored = json.loads((tmp_path / "gate.json").read_text())
+    assert stored["admitted"] == 1 and len(stored["rejected"]) == 3
+
+
+def test_gate_cli_on_bundled_mock_domain(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "launch.py"), "stage=validate", "tasks=mock",
+                          f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "all" in out.stdout and " 3         3         0" in out.stdout
