@@ -105,6 +105,11 @@ class EvalConfig:
 
 
 @dataclass
+class StoreConfig:
+    url: str | None = None  # results database; null: <run folder>/results.sqlite. PostgreSQL for many jobs
+
+
+@dataclass
 class RegradeConfig:
     run_dir: str | None = None  # the run folder whose stored episodes are graded again
 
@@ -120,6 +125,7 @@ class Config:
     backend: BackendConfig = field(default_factory=BackendConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     regrade: RegradeConfig = field(default_factory=RegradeConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
     seed: int = 0
     out_root: str = "outputs"  # run folders live under it, named by stage and run hash
     run_dir: str | None = None  # set to pin the run folder (default: derived from the run hash)

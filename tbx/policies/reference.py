@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tbx.config import Config
-from tbx.errors import ConfigError
+from tbx.errors import ConfigError, InfraError
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.tasks.model import Step
@@ -79,7 +79,30 @@ def _turns_from_record(record: dict, source: str) -> list[AssistantTurn]:
                 turns.append(AssistantTurn(content=parsed.content, tool_calls=parsed.tool_calls))
         return turns
     raise ConfigError(source, "policy.path", "a record has neither 'steps' nor 'transcript'",
-                      "give episodes.jsonl of an earlier run or records {task_id:, steps: [...]}")
+                      "give a run folder of an earlier run or JSONL records {task_id:, steps: [...]}")
+
+
+def _read_replay_records(path: str) -> list[tuple[int, dict]]:
+    """(line, record) pairs from a JSONL file, or every stored try of a run folder / results.sqlite."""
+    file = Path(path)
+    if file.is_dir() or file.suffix == ".sqlite":
+        from tbx.store.results import read_records
+
+        try:
+            return list(enumerate(read_records(file), 1))
+        except InfraError as exc:
+            raise ConfigError(path, "policy.path", str(exc), "give a run folder with results.sqlite") from exc
+    if not file.is_file():
+        raise ConfigError(path, "policy.path", "no such file", "give a run folder, results.sqlite or a JSONL file")
+    records = []
+    for number, line in enumerate(file.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                records.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{number}", "policy.path", f"not JSON ({exc.msg})",
+                                  "one JSON object per line") from exc
+    return records
 
 
 class ReplayPolicy(Policy):
@@ -90,16 +113,7 @@ class ReplayPolicy(Policy):
     def __init__(self, path: str):
         self.source = path
         self.turns: dict[tuple[str, int | None], list[AssistantTurn]] = {}
-        file = Path(path)
-        if not file.is_file():
-            raise ConfigError(path, "policy.path", "no such file", "give policy.path=FILE (episodes.jsonl or steps)")
-        for number, line in enumerate(file.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{number}", "policy.path", f"not JSON ({exc.msg})", "one JSON per line") from exc
+        for number, record in _read_replay_records(path):
             if "task_id" not in record:
                 raise ConfigError(f"{path}:{number}", "task_id", "missing", "each record names its task_id")
             attempt = record.get("attempt")

@@ -9,6 +9,7 @@ from hydra.utils import get_object
 from tbx.backend import Backend, make_backend
 from tbx.config import Config
 from tbx.errors import ConfigError
+from tbx.messages import Usage
 
 
 def _build(target: str, group: str, cfg: Config) -> Any:
@@ -35,3 +36,18 @@ def build_judge(cfg: Config):  # noqa: ANN201 - returns a Judge or None
 
 def build_backend(cfg: Config) -> Backend:
     return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir)
+
+
+def episode_cost(cfg: Config, usage: dict[str, Usage]) -> float:
+    """USD for one episode's tokens: the agent at the model's prices (when a model plays), the
+    user and the judge at their endpoints' prices."""
+    def price(tokens: Usage, input_per_mtok: float, output_per_mtok: float) -> float:
+        return (tokens.prompt_tokens * input_per_mtok + tokens.completion_tokens * output_per_mtok) / 1e6
+
+    model = cfg.model
+    agent_in = model.price_input_per_mtok or model.endpoint.price_input_per_mtok
+    agent_out = model.price_output_per_mtok or model.endpoint.price_output_per_mtok
+    total = price(usage.get("agent", Usage()), agent_in, agent_out)
+    for role, endpoint in (("user", cfg.user.endpoint), ("judge", cfg.judge.endpoint)):
+        total += price(usage.get(role, Usage()), endpoint.price_input_per_mtok, endpoint.price_output_per_mtok)
+    return total

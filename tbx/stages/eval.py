@@ -1,8 +1,10 @@
 """stage=eval: every task of the set, `eval.attempts` times, concurrently, resumable.
 
-Results go to `<run folder>/episodes.jsonl` (one line per try); the run folder is named by the
-run's identity hash, so re-running the same command resumes where a killed run stopped. Error
-outcomes are re-run up to `eval.max_error_retries` times and never count as failures.
+Results go to the results store (one row per try; `<run folder>/results.sqlite` unless
+`store.url` names a shared database). The run folder and the run id are the run's identity
+hash, so re-running the same command resumes where a killed run stopped; shards of a campaign
+(`eval.shard=i eval.num_shards=m`) write to the same run. Error outcomes are re-run up to
+`eval.max_error_retries` times and never count as failures.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ from tqdm import tqdm
 from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
 from tbx.config import Config
 from tbx.episodes import run_episode
-from tbx.episodes.log import EpisodeLog
 from tbx.errors import ConfigError
 from tbx.metrics import format_summary, outcome_summary
-from tbx.runs import resolve_run_dir, save_run_meta
-from tbx.stages.components import build_backend, build_judge, build_policy, build_user
+from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.stages.components import build_backend, build_judge, build_policy, build_user, episode_cost
+from tbx.store import ResultStore, open_store
 
 
 def episode_seed(run_seed: int, task_id: str, attempt: int, try_index: int) -> int:
@@ -50,12 +52,14 @@ def write_runtimes(path: Path, runtimes: dict[str, TaskRuntime]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-async def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: EpisodeLog, backend) -> None:  # noqa: ANN001
-    pending = [(task_id, a) for task_id in runtimes for a in range(cfg.eval.attempts)
+async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
+                       attempts: dict[str, range], label: str) -> None:
+    """Run every (task, attempt) of `attempts` that is not final in `log`, `eval.concurrency` at once."""
+    pending = [(task_id, a) for task_id, indices in attempts.items() for a in indices
                if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
     policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
-    bar = tqdm(total=len(pending), desc=f"eval {cfg.policy.name}", unit="ep", file=sys.stderr,
+    bar = tqdm(total=len(pending), desc=f"{label} {cfg.policy.name}", unit="ep", file=sys.stderr,
                disable=None, dynamic_ncols=True)
 
     async def attempt(task_id: str, index: int) -> None:
@@ -63,7 +67,7 @@ async def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: EpisodeL
             while not log.is_final(task_id, index, cfg.eval.max_error_retries):
                 seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
                 result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed)
-                log.append(result)
+                log.append(result, episode_cost(cfg, result.usage))
             bar.update(1)
 
     try:
@@ -75,6 +79,11 @@ async def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: EpisodeL
                 await part.aclose()
 
 
+def prepare_all(tasks: list, backend) -> dict[str, TaskRuntime]:  # noqa: ANN001
+    return {t.id: prepare_task(t, backend) for t in tqdm(tasks, desc="prepare", unit="task", file=sys.stderr,
+                                                          disable=None)}
+
+
 def run_eval(cfg: Config) -> dict[str, Any]:
     validate_eval(cfg)
     tasks = resolve_tasks(cfg.tasks)[cfg.eval.shard :: cfg.eval.num_shards]
@@ -84,20 +93,22 @@ def run_eval(cfg: Config) -> dict[str, Any]:
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
     suffix = f".shard{cfg.eval.shard}of{cfg.eval.num_shards}" if cfg.eval.num_shards > 1 else ""
-    log = EpisodeLog(run_dir / f"episodes{suffix}.jsonl")
+    log = open_store(cfg.store.url, run_dir, run_identity(cfg), "eval")
     backend = build_backend(cfg)
     try:
-        runtimes = {t.id: prepare_task(t, backend) for t in tqdm(tasks, desc="prepare", unit="task",
-                                                                   file=sys.stderr, disable=None)}
+        runtimes = prepare_all(tasks, backend)
         write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
-        asyncio.run(_campaign(cfg, runtimes, log, backend))
+        attempts = {task_id: range(cfg.eval.attempts) for task_id in runtimes}
+        asyncio.run(run_campaign(cfg, runtimes, log, backend, attempts, "eval"))
     finally:
         backend.close()
+        log.close()
     wanted = {(t, a) for t in runtimes for a in range(cfg.eval.attempts)}
     records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
     summary = outcome_summary(records) | {"run_dir": str(run_dir), "policy": cfg.policy.name,
                                           "tasks": cfg.tasks.name, "attempts": cfg.eval.attempts,
-                                          "error_tries": log.error_tries()}
+                                          "error_tries": log.error_tries(),
+                                          "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if cfg.summary_path:
         Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """stage=regrade: recompute every stored verdict from the stored terminal state, without
 re-running any episode (peer-benchmarks §5.8: versioned, re-gradable results).
 
-Each episode stored the tables that changed; the run folder stored each task's initial state
+Each stored episode holds the tables that changed; the run folder holds each task's initial state
 and expected changes. Grading them again with the current grader shows whether every verdict
 is reproduced; a grader change that flips verdicts is listed episode by episode.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 from tbx.backend.state import apply_delta
 from tbx.config import Config
-from tbx.episodes.log import ERROR_VALUES, EpisodeLog
 from tbx.episodes.record import Outcome
 from tbx.errors import ConfigError
 from tbx.grading import grade_state
 from tbx.grading.judge import JudgeVerdict
+from tbx.store.results import ERROR_VALUES, read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange
 
@@ -52,22 +52,23 @@ def run_regrade(cfg: Config) -> dict[str, Any]:
     if not cfg.regrade.run_dir:
         raise ConfigError("conf/config.yaml", "regrade.run_dir", "is empty", "give regrade.run_dir=RUN_FOLDER")
     run_dir = Path(cfg.regrade.run_dir)
-    logs = sorted(run_dir.glob("episodes*.jsonl"))
-    if not logs:
-        raise ConfigError(str(run_dir), "regrade.run_dir", "holds no episodes*.jsonl", "point it at an eval run")
+    if not (run_dir / "results.sqlite").is_file() and not cfg.store.url:
+        raise ConfigError(str(run_dir), "regrade.run_dir", "holds no results.sqlite",
+                          "point it at an eval or probe run folder (or give store.url)")
+    run_id = json.loads((run_dir / "run.json").read_text())["identity"]
+    records = read_records(cfg.store.url or run_dir, run_id)
     runtimes = _load_runtimes(run_dir)
     checked, reproduced, mismatches = 0, 0, []
-    for path in logs:
-        for record in EpisodeLog(path).records:
-            if record["final_delta"] is None or record["outcome"] in ERROR_VALUES:
-                continue  # no verdict was reached: nothing to reproduce
-            outcome = regrade_record(record, runtimes[record["task_id"]])
-            checked += 1
-            if outcome == record["outcome"]:
-                reproduced += 1
-            else:
-                mismatches.append({"task_id": record["task_id"], "attempt": record["attempt"],
-                                   "stored": record["outcome"], "regraded": outcome})
+    for record in records:
+        if record["final_delta"] is None or record["outcome"] in ERROR_VALUES:
+            continue  # no verdict was reached: nothing to reproduce
+        outcome = regrade_record(record, runtimes[record["task_id"]])
+        checked += 1
+        if outcome == record["outcome"]:
+            reproduced += 1
+        else:
+            mismatches.append({"task_id": record["task_id"], "attempt": record["attempt"],
+                               "stored": record["outcome"], "regraded": outcome})
     summary = {"run_dir": str(run_dir), "checked": checked, "reproduced": reproduced, "mismatches": mismatches}
     (run_dir / "regrade.json").write_text(json.dumps(summary, indent=2))
     if cfg.summary_path:

@@ -1,6 +1,8 @@
 """stage=eval and stage=regrade through real Hydra composition, and launch.py as users run it."""
 
 import json
+import random
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,16 +40,42 @@ def test_eval_oracle_and_null_on_mock(tmp_path):
     assert null["pass_at_1"] == 0.0 and null["episodes"] == 6
 
 
+def stored_keys(run_dir):
+    from tbx.store.results import read_records
+
+    return [(r["task_id"], r["attempt"], r["try"]) for r in read_records(run_dir)]
+
+
+@pytest.mark.slow
+def test_eval_killed_at_random_points_resumes_with_nothing_lost_or_run_twice(tmp_path):
+    # the first kill lands while the store is filling up; later ones at random points
+    args = ["stage=eval", "tasks=travel", "policy=oracle", "eval.attempts=3", "eval.concurrency=4",
+            f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db", "run_dir=" + str(tmp_path / "run")]
+    rng = random.Random(7)
+    kills = 0
+    for delay in [rng.uniform(3.0, 6.0) for _ in range(3)]:
+        proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+    out = launch(*args)
+    assert out.returncode == 0, out.stderr
+    keys = stored_keys(tmp_path / "run")
+    assert len(keys) == len(set(keys)) == 72 * 3  # every attempt once, no duplicate, none lost
+    assert kills >= 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["pass_at_1"] == 1.0
+
+
 def test_eval_resumes_without_rerunning(tmp_path):
-    cfg = make_cfg(tmp_path, "tasks=mock", "eval.attempts=2")
+    cfg = make_cfg(tmp_path, "tasks=mock", "eval.attempts=2", "policy=oracle")
     first = run(cfg)
-    log = Path(first["run_dir"]) / "episodes.jsonl"
-    lines = log.read_text().splitlines()
-    log.write_text("\n".join(lines[:3]) + "\n" + lines[3][:40])  # as if killed mid-write
+    before = stored_keys(first["run_dir"])
     second = run(cfg)
-    records = [json.loads(x) for x in log.read_text().splitlines() if x.startswith("{") and x.endswith("}")]
-    keys = [(r["task_id"], r["attempt"]) for r in records]
-    assert len(keys) == len(set(keys)) == 6
+    assert stored_keys(first["run_dir"]) == before and len(before) == 6
     assert second["pass_at_1"] == 1.0
 
 
@@ -66,8 +94,7 @@ def test_regrade_reproduces_every_verdict_and_catches_a_changed_grader(tmp_path,
 
 def test_replay_plays_a_stored_run(tmp_path):
     oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle"))
-    episodes = Path(oracle["run_dir"]) / "episodes.jsonl"
-    replay = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={episodes}"))
+    replay = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={oracle['run_dir']}"))
     assert replay["pass_at_1"] == 1.0
     steps = tmp_path / "steps.jsonl"
     steps.write_text(json.dumps({"task_id": "mock/nickname/1", "steps": [
@@ -96,7 +123,7 @@ def test_launch_cli_policy_null_alias_and_summary(tmp_path):
     (["backend=postgres"], "backend.url"),
 ])
 def test_launch_bad_input_names_field_and_fix(tmp_path, args, message):
-    out = launch("tasks=mock", f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db", *args)
+    out = launch("tasks=mock", "policy=oracle", f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db", *args)
     assert out.returncode != 0
     assert message in out.stderr
 
