@@ -105,6 +105,36 @@ class EvalConfig:
 
 
 @dataclass
+class DifficultyConfig:
+    edges: list[float] = field(default_factory=lambda: [0.0, 0.08, 0.30, 0.60, 0.90, 1.0])  # band edges
+    names: list[str] = field(default_factory=lambda: ["rarely", "hard", "medium", "often", "almost always"])
+
+
+@dataclass
+class PoolConfig:
+    name: str = "full_param"
+    keep_ranges: list[list[float]] = field(default_factory=lambda: [[0.08, 0.90]])  # [low, high) success rates kept
+    finetune: str = "full"  # full | lora: how the trainer updates the model on this pool
+
+
+@dataclass
+class ProbeConfig:
+    attempts: int = 20  # n: attempts per task (the most, when adaptive)
+    adaptive: bool = True  # stop a task early once more attempts are unlikely to change its pool decision
+    rule: str = "predictive"  # predictive (posterior predictive flip probability) | band_mass (naive)
+    threshold: float = 0.02  # stop when the flip probability is at most this (band_mass: mass at least)
+    min_attempts: int = 4
+    round_size: int = 2
+    protect_both: bool = False  # protect the full_param and lora decisions too (more episodes, one probe for both)
+
+
+@dataclass
+class SelectConfig:
+    probe_run: str | None = None  # the probe run folder to select from
+    manifest_path: str | None = None  # also write the pool manifest here
+
+
+@dataclass
 class StoreConfig:
     url: str | None = None  # results database; null: <run folder>/results.sqlite. PostgreSQL for many jobs
 
@@ -126,6 +156,10 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     regrade: RegradeConfig = field(default_factory=RegradeConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    select: SelectConfig = field(default_factory=SelectConfig)
     seed: int = 0
     out_root: str = "outputs"  # run folders live under it, named by stage and run hash
     run_dir: str | None = None  # set to pin the run folder (default: derived from the run hash)
@@ -142,6 +176,8 @@ GROUPS = {
     "user": UserConfig,
     "judge": JudgeConfig,
     "backend": BackendConfig,
+    "difficulty": DifficultyConfig,
+    "pool": PoolConfig,
 }
 
 

@@ -20,6 +20,9 @@ from tbx.tasks.model import hash_json
 
 
 def identity_settings(cfg: Config) -> dict[str, Any]:
+    if cfg.stage.name == "select":
+        return {"stage": "select", "probe_run": str(Path(cfg.select.probe_run or "").resolve()),
+                "pool": dataclasses.asdict(cfg.pool), "difficulty": dataclasses.asdict(cfg.difficulty)}
     settings = {
         "stage": cfg.stage.name,
         "tasks": dataclasses.asdict(cfg.tasks),
@@ -29,6 +32,8 @@ def identity_settings(cfg: Config) -> dict[str, Any]:
         "attempts": cfg.eval.attempts,
         "seed": cfg.seed,
     }
+    if cfg.stage.name == "probe":
+        settings["attempts"] = dataclasses.asdict(cfg.probe)
     if "reference" not in cfg.policy._target_:
         model = dataclasses.asdict(cfg.model)
         for key in ("cache_dir", "threads", "batch_size", "endpoint"):
@@ -42,6 +47,8 @@ def run_identity(cfg: Config) -> str:
 
 
 def run_name(cfg: Config) -> str:
+    if cfg.stage.name == "select":
+        return f"select-{cfg.pool.name}-{run_identity(cfg)}"
     return f"{cfg.stage.name}-{cfg.tasks.name}-{cfg.policy.name}-{run_identity(cfg)}"
 
 

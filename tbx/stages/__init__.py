@@ -4,4 +4,6 @@ STAGES = {
     "eval": "tbx.stages.eval:run_eval",
     "regrade": "tbx.stages.regrade:run_regrade",
     "validate": "tbx.stages.validate:run_validate",
+    "probe": "tbx.stages.probe:run_probe",
+    "select": "tbx.stages.select:run_select",
 }

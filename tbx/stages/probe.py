@@ -1,0 +1,120 @@
+"""stage=probe: attempt every candidate task with the base policy to measure its difficulty.
+
+Fixed mode runs `probe.attempts` (n) attempts per task, like the reference. Adaptive mode (our
+addition) probes in rounds and stops a task once more attempts are unlikely to change whether
+the pool keeps it (posterior predictive flip probability under the chosen pool strategy, see
+`tbx.adaptive`), never beyond n. Every attempt goes to the results store, so a killed probe
+resumes exactly: rounds are recomputed from what is stored, and nothing final runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from typing import Any
+
+from tbx.adaptive import StoppingRule, should_stop
+from tbx.catalog import resolve_tasks
+from tbx.config import Config
+from tbx.difficulty import describe
+from tbx.errors import ConfigError
+from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
+from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.stages.components import build_backend
+from tbx.stages.eval import prepare_all, run_campaign, write_runtimes
+from tbx.store import ResultStore, open_store
+from tbx.store.results import ERROR_VALUES
+
+
+def counts(store: ResultStore) -> dict[str, tuple[int, int]]:
+    """(k, n) per task: successes among final attempts that reached a verdict."""
+    tally: dict[str, list[int]] = {}
+    for record in store.final_records():
+        k_n = tally.setdefault(record["task_id"], [0, 0])
+        if record["outcome"] in ("success", "failure"):
+            k_n[0] += record["outcome"] == "success"
+            k_n[1] += 1
+    return {task: (k, n) for task, (k, n) in tally.items()}
+
+
+def decision_strategies(cfg: Config) -> tuple[PoolStrategy, ...]:
+    """The pool decisions adaptive stopping protects: the chosen strategy's (about half the
+    episodes of fixed n in our simulation), or with `probe.protect_both` also both reference
+    strategies' (about two thirds), so that one probe serves either pool."""
+    chosen = PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges))
+    return (full_param_strategy(), lora_strategy(), chosen) if cfg.probe.protect_both else (chosen,)
+
+
+def validate_probe(cfg: Config) -> StoppingRule:
+    p = cfg.probe
+    if p.attempts < 1:
+        raise ConfigError("conf/config.yaml", "probe.attempts", f"is {p.attempts}", "give probe.attempts >= 1")
+    try:
+        return StoppingRule(kind=p.rule, threshold=p.threshold, min_attempts=p.min_attempts,
+                            round_size=p.round_size)
+    except ValueError as exc:
+        raise ConfigError("conf/config.yaml", f"probe.{p.rule}", str(exc), "see the probe settings") from exc
+
+
+async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule) -> int:  # noqa: ANN001
+    """Run the rounds; return how many rounds ran."""
+    n_max, edges = cfg.probe.attempts, cfg.difficulty.edges
+    if not cfg.probe.adaptive:
+        await run_campaign(cfg, runtimes, store, backend, {t: range(n_max) for t in runtimes}, "probe")
+        return 1
+    strategies = decision_strategies(cfg)
+    done: set[str] = set()
+    rounds, target = 0, min(max(rule.min_attempts, rule.round_size), n_max)
+    while True:
+        active = {t: range(target) for t in runtimes if t not in done}
+        if not active:
+            return rounds
+        rounds += 1
+        await run_campaign(cfg, runtimes, store, backend, active, f"probe r{rounds} (n={target})")
+        tallies = counts(store)
+        for task_id in active:
+            k, n = tallies.get(task_id, (0, 0))
+            if target >= n_max or (n > 0 and should_stop(k, n, n_max, rule, strategies, edges)):
+                done.add(task_id)
+        target = min(target + rule.round_size, n_max)
+
+
+def run_probe(cfg: Config) -> dict[str, Any]:
+    rule = validate_probe(cfg)
+    tasks = resolve_tasks(cfg.tasks)[cfg.eval.shard :: cfg.eval.num_shards]
+    if not tasks:
+        raise ConfigError("conf/tasks", "tasks", "the task set is empty", "pick a task set with tasks=...")
+    run_dir = resolve_run_dir(cfg)
+    save_run_meta(run_dir, cfg)
+    store = open_store(cfg.store.url, run_dir, run_identity(cfg), "probe")
+    backend = build_backend(cfg)
+    try:
+        runtimes = prepare_all(tasks, backend)
+        write_runtimes(run_dir / "tasks.jsonl", runtimes)
+        rounds = asyncio.run(_probe(cfg, runtimes, store, backend, rule))
+    finally:
+        backend.close()
+        store.close()
+    tallies = counts(store)
+    per_task = {}
+    for task_id, (k, n) in sorted(tallies.items()):
+        d = describe(k, n, cfg.difficulty.edges) if n else None
+        per_task[task_id] = {"k": k, "n": n, "band": None if d is None else cfg.difficulty.names[d.band],
+                             "mean": None if d is None else round(d.mean, 4)}
+    episodes = len(store.records)
+    bands = Counter(v["band"] for v in per_task.values())
+    summary = {
+        "run_dir": str(run_dir), "n_tasks": len(per_task), "rounds": rounds, "episodes": episodes,
+        "error_tries": sum(1 for r in store.records if r["outcome"] in ERROR_VALUES),
+        "episodes_share_of_fixed_n": episodes / (cfg.probe.attempts * max(len(per_task), 1)),
+        "bands": {name: bands.get(name, 0) for name in cfg.difficulty.names} | {"no verdict": bands.get(None, 0)},
+        "cost_usd": sum(r.get("cost_usd", 0.0) for r in store.records),
+        "tasks": per_task,
+    }
+    (run_dir / "probe.json").write_text(json.dumps(summary, indent=2))
+    print(f"probe {cfg.tasks.name} with {cfg.policy.name}: {summary['n_tasks']} tasks, {episodes} episodes "
+          f"({100 * summary['episodes_share_of_fixed_n']:.0f}% of fixed n={cfg.probe.attempts}), "
+          f"{rounds} round(s) -> {run_dir}")
+    print("bands: " + ", ".join(f"{name}: {count}" for name, count in summary["bands"].items()))
+    return summary

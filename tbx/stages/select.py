@@ -1,0 +1,118 @@
+"""stage=select: from a probe run to a frozen pool manifest.
+
+Each probed task gets its Jeffreys posterior and band (`tbx.difficulty`); the `pool` strategy
+keeps some bands (`tbx.pool`). The manifest lists every task with k, n, band, posterior mean and
+90% interval, whether it is kept, the probe run, the settings, and a content hash. Training
+reads only the manifest and records its hash: selection happens once, and the pool never
+changes during a run.
+
+    python launch.py stage=select select.probe_run=outputs/probe-train-... pool=lora
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from tbx.config import Config
+from tbx.difficulty import describe, validate_band_names, validate_edges
+from tbx.errors import ConfigError
+from tbx.plots.bands import plot_band_histogram
+from tbx.pool import PoolStrategy, select_pool
+from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.store.results import read_records
+
+
+def manifest_hash(manifest: dict[str, Any]) -> str:
+    body = {k: v for k, v in manifest.items() if k != "hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def probe_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """k, n and labels per task from stored probe tries (the last try of each attempt)."""
+    last: dict[tuple[str, int], dict[str, Any]] = {}
+    for record in records:
+        last[(record["task_id"], record["attempt"])] = record
+    tasks: dict[str, dict[str, Any]] = {}
+    for (task_id, _), record in sorted(last.items()):
+        entry = tasks.setdefault(task_id, {"domain": record["domain"], "family": record["family"], "k": 0, "n": 0,
+                                           "errors": 0})
+        if record["outcome"] in ("success", "failure"):
+            entry["k"] += record["outcome"] == "success"
+            entry["n"] += 1
+        elif record["outcome"] != "excluded":
+            entry["errors"] += 1
+    return tasks
+
+
+def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+    edges = validate_edges(cfg.difficulty.edges)
+    names = validate_band_names(cfg.difficulty.names, edges)
+    strategy = PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges))
+    tasks = probe_counts(records)
+    unjudged = sorted(t for t, e in tasks.items() if e["n"] == 0)
+    difficulties = {t: describe(e["k"], e["n"], edges) for t, e in tasks.items() if e["n"] > 0}
+    selection = select_pool(difficulties, strategy, edges)
+    kept = set(selection.kept)
+    rows = []
+    for task_id, entry in sorted(tasks.items()):
+        d = difficulties.get(task_id)
+        rows.append(entry | {"id": task_id, "kept": task_id in kept,
+                             "band": None if d is None else names[d.band],
+                             "mean": None if d is None else d.mean,
+                             "interval": None if d is None else list(d.interval),
+                             "masses": None if d is None else list(d.masses)})
+    probe_meta = json.loads((probe_dir / "run.json").read_text())
+    manifest = {
+        "version": 1,
+        "probe_run": str(probe_dir.resolve()), "probe_run_id": probe_meta["identity"],
+        "probe_settings": probe_meta["settings"],
+        "pool": dataclasses.asdict(cfg.pool), "difficulty": dataclasses.asdict(cfg.difficulty),
+        "kept": list(selection.kept), "dropped": list(selection.dropped), "no_verdict": unjudged,
+        "band_counts": dict(zip(names, selection.band_counts, strict=True)),
+        "tasks": rows,
+    }
+    manifest["hash"] = manifest_hash(manifest)
+    return manifest
+
+
+def format_pool(manifest: dict[str, Any]) -> str:
+    lines = [f"{'band':16s} {'tasks':>6s}  kept"]
+    kept_bands = {row["band"] for row in manifest["tasks"] if row["kept"]}
+    for band, count in manifest["band_counts"].items():
+        lines.append(f"{band:16s} {count:6d}  {'yes' if band in kept_bands else 'no'}")
+    lines.append(f"pool {manifest['pool']['name']}: {len(manifest['kept'])} of {len(manifest['tasks'])} tasks kept "
+                 f"(hash {manifest['hash']})")
+    return "\n".join(lines)
+
+
+def run_select(cfg: Config) -> dict[str, Any]:
+    if not cfg.select.probe_run:
+        raise ConfigError("conf/config.yaml", "select.probe_run", "is empty", "give select.probe_run=PROBE_RUN_FOLDER")
+    probe_dir = Path(cfg.select.probe_run)
+    if not (probe_dir / "run.json").is_file():
+        raise ConfigError(str(probe_dir), "select.probe_run", "is not a probe run folder (no run.json)",
+                          "point it at the folder stage=probe printed")
+    probe_id = json.loads((probe_dir / "run.json").read_text())["identity"]
+    records = read_records(cfg.store.url or probe_dir, probe_id)
+    if not records:
+        raise ConfigError(str(probe_dir), "select.probe_run", "holds no probe attempts", "run stage=probe first")
+    manifest = build_manifest(cfg, probe_dir, records)
+    run_dir = resolve_run_dir(cfg)
+    save_run_meta(run_dir, cfg)
+    text = json.dumps(manifest, indent=2)
+    (run_dir / "pool.json").write_text(text)
+    if cfg.select.manifest_path:
+        Path(cfg.select.manifest_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(cfg.select.manifest_path).write_text(text)
+    difficulties = {row["id"]: describe(row["k"], row["n"], cfg.difficulty.edges)
+                    for row in manifest["tasks"] if row["n"] > 0}
+    plot_band_histogram(difficulties, cfg.difficulty.edges, cfg.difficulty.names, manifest["kept"],
+                        run_dir / "bands.png")
+    print(format_pool(manifest) + f"\n-> {run_dir / 'pool.json'}")
+    return {"run_dir": str(run_dir), "manifest": str(run_dir / "pool.json"), "hash": manifest["hash"],
+            "plot": str(run_dir / "bands.png"),
+            "kept": len(manifest["kept"]), "n_tasks": len(manifest["tasks"])}
