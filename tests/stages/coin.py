@@ -8,9 +8,9 @@ loop, store and grader as any policy.
 import hashlib
 import random
 
+from tbx.messages import AssistantTurn
 from tbx.policies.base import Policy
 from tbx.policies.reference import DONE, ScriptAgent, turns_from_steps
-from tbx.messages import AssistantTurn
 
 
 def true_rate(task_id: str) -> float:
