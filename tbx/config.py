@@ -135,6 +135,13 @@ class SelectConfig:
 
 
 @dataclass
+class ReportConfig:
+    names: list[str] = field(default_factory=list)  # labels of the runs (default: their policy/model names)
+    allow_incomplete: bool = False  # report although a task has fewer judged attempts than asked
+    resamples: int = 2000  # bootstrap resamples for the confidence intervals
+
+
+@dataclass
 class StoreConfig:
     url: str | None = None  # results database; null: <run folder>/results.sqlite. PostgreSQL for many jobs
 
@@ -160,6 +167,8 @@ class Config:
     pool: PoolConfig = field(default_factory=PoolConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
+    report: ReportConfig = field(default_factory=ReportConfig)
+    runs: list[str] = field(default_factory=list)  # stage=report: the run folders to compare, base first
     seed: int = 0
     out_root: str = "outputs"  # run folders live under it, named by stage and run hash
     run_dir: str | None = None  # set to pin the run folder (default: derived from the run hash)

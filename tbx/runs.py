@@ -20,6 +20,9 @@ from tbx.tasks.model import hash_json
 
 
 def identity_settings(cfg: Config) -> dict[str, Any]:
+    if cfg.stage.name == "report":
+        return {"stage": "report", "runs": [str(Path(r).resolve()) for r in cfg.runs],
+                "names": list(cfg.report.names)}
     if cfg.stage.name == "select":
         return {"stage": "select", "probe_run": str(Path(cfg.select.probe_run or "").resolve()),
                 "pool": dataclasses.asdict(cfg.pool), "difficulty": dataclasses.asdict(cfg.difficulty)}
@@ -49,6 +52,8 @@ def run_identity(cfg: Config) -> str:
 def run_name(cfg: Config) -> str:
     if cfg.stage.name == "select":
         return f"select-{cfg.pool.name}-{run_identity(cfg)}"
+    if cfg.stage.name == "report":
+        return f"report-{len(cfg.runs)}runs-{run_identity(cfg)}"
     return f"{cfg.stage.name}-{cfg.tasks.name}-{cfg.policy.name}-{run_identity(cfg)}"
 
 

@@ -6,4 +6,5 @@ STAGES = {
     "validate": "tbx.stages.validate:run_validate",
     "probe": "tbx.stages.probe:run_probe",
     "select": "tbx.stages.select:run_select",
+    "report": "tbx.stages.report:run_report",
 }

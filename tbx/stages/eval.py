@@ -22,7 +22,7 @@ from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
 from tbx.config import Config
 from tbx.episodes import run_episode
 from tbx.errors import ConfigError
-from tbx.metrics import format_summary, outcome_summary
+from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.stages.components import build_backend, build_judge, build_policy, build_user, episode_cost
 from tbx.store import ResultStore, open_store
@@ -105,7 +105,10 @@ def run_eval(cfg: Config) -> dict[str, Any]:
         log.close()
     wanted = {(t, a) for t in runtimes for a in range(cfg.eval.attempts)}
     records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
-    summary = outcome_summary(records) | {"run_dir": str(run_dir), "policy": cfg.policy.name,
+    outcomes, _, _ = outcomes_from_records(records)
+    headline = summarize(outcomes, attempts=cfg.eval.attempts, allow_incomplete=True)
+    summary = outcome_summary(records) | {"pass_at_k": headline.pass_at_k, "observed_all": headline.observed_all,
+                                          "k": cfg.eval.attempts, "incomplete_tasks": list(headline.incomplete),"run_dir": str(run_dir), "policy": cfg.policy.name,
                                           "tasks": cfg.tasks.name, "attempts": cfg.eval.attempts,
                                           "error_tries": log.error_tries(),
                                           "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}

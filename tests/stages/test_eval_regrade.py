@@ -137,3 +137,27 @@ def test_show_prints_config_and_exits(tmp_path):
     out = launch("show=true", "tasks=mock", "policy=oracle", f"out_root={tmp_path}")
     assert out.returncode == 0 and "# run: eval-mock-oracle-" in out.stdout
     assert not (tmp_path / "eval-mock-oracle").exists()
+
+
+def test_report_compares_stored_runs_and_refuses_incomplete_ones(tmp_path):
+    base = run(make_cfg(tmp_path, "tasks=mock", "policy=null_agent", "eval.attempts=3"))
+    coin = run(make_cfg(tmp_path, "tasks=mock", "policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin",
+                        "eval.attempts=3"))
+    oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", "eval.attempts=3"))
+    assert oracle["pass_at_k"] == 1.0 and oracle["observed_all"] == 1.0 and base["pass_at_k"] == 0.0
+    runs = f"runs=[{base['run_dir']},{coin['run_dir']},{oracle['run_dir']}]"
+    report = run(make_cfg(tmp_path, "stage=report", runs))
+    text = Path(report["markdown"]).read_text()
+    assert "Table 1" in text and "Table 2" in text and "Table 3" in text
+    assert "| oracle | oracle | **100.00** |" in text
+    assert len(report["figures"]) == 4 and all(Path(p).stat().st_size > 10_000 for p in report["figures"])
+    import sqlite3
+
+    from tbx.errors import ConfigError
+
+    with sqlite3.connect(Path(coin["run_dir"]) / "results.sqlite") as db:  # lose one attempt of one task
+        db.execute("DELETE FROM attempts WHERE task_id = 'mock/nickname/1' AND attempt = 2")
+    with pytest.raises(ConfigError, match="mock/nickname/1"):
+        run(make_cfg(tmp_path, "stage=report", runs))
+    allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
+    assert Path(allowed["markdown"]).is_file()

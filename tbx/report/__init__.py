@@ -1,0 +1,110 @@
+"""The evaluation report: three tables and the figures, from stored episode records.
+
+`render_report(runs, out_dir)` writes `report.md` and PNGs into out_dir and returns the tables as
+plain data too, so a caller can log them (e.g. to W&B) without parsing Markdown. The first run is
+the base of every comparison. Runs must share k (attempts per task): pass@k and observed k/k at
+different k do not compare.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tbx.report.data import RunData, RunStats, compute_stats
+from tbx.report.figures import attempt_grid_figure, curves_figure, domain_heatmap_figure, pick_changed_tasks
+from tbx.report.tables import Table, before_after_table, cost_table, pct, side_by_side_table
+
+__all__ = ["ReportFiles", "RunData", "RunStats", "Table", "compute_stats", "render_report"]
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    markdown_path: Path
+    png_paths: tuple[Path, ...]
+    tables: tuple[Table, ...]  # Table 1, 2, 3 (plain rows in .rows, .to_dict())
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-") or "run"
+
+
+def _check_runs(runs: Sequence[RunData]) -> None:
+    if not runs:
+        raise ValueError("render_report needs at least one run")
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"run names must be unique (they label rows and columns); got {names}")
+    ks = {r.name: r.k for r in runs}
+    if len(set(ks.values())) != 1:
+        raise ValueError(f"runs have different k (attempts per task): {ks}; pass@k and observed k/k "
+                         "only compare at the same k, so report runs with the same attempts together")
+
+
+def _uncertainty_markdown(stats: Sequence[RunStats]) -> str:
+    s0 = stats[0].ci
+    k = s0.k
+    lines = [f"**Uncertainty.** {int(100 * s0.level)}% percentile bootstrap intervals over tasks "
+             f"({s0.resamples:,} resamples; a task's attempts stay together), with the flip rate: the share "
+             "of tasks with both a success and a failure, and the mean share of a task's attempts that "
+             "differ from its majority verdict.", "",
+             f"| run | pass@1 (%) | pass@{k} (%) | observed {k}/{k} (%) | flip rate (%) | minority share (%) |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for s in stats:
+        cells = [f"{pct(i.estimate)} [{pct(i.low)}, {pct(i.high)}]"
+                 for i in (s.ci.pass_at_1, s.ci.pass_at_k, s.ci.observed_all)]
+        lines.append(f"| {s.name} | " + " | ".join(cells)
+                     + f" | {pct(s.flips.flip_rate)} | {pct(s.flips.mean_minority_share)} |")
+    return "\n".join(lines)
+
+
+def _runs_markdown(stats: Sequence[RunStats]) -> str:
+    lines = ["| run | agent model | tasks | k | judged attempts | errors / exclusions | incomplete tasks |",
+             "|---|---|---:|---:|---:|---|---:|"]
+    for s in stats:
+        errors = ", ".join(f"{name} {n}" for name, n in s.errors.items() if n) or "none"
+        lines.append(f"| {s.name} | {s.run.model_name} | {s.summary.n_tasks} | {s.summary.k} | "
+                     f"{s.summary.attempts:,} | {errors} | {len(s.summary.incomplete)} |")
+    return "\n".join(lines)
+
+
+def _figures(stats: Sequence[RunStats], out_dir: Path) -> list[tuple[str, Path]]:
+    """(caption, path) of every figure, written into out_dir."""
+    figures = []
+    tasks = pick_changed_tasks(stats)
+    if tasks:
+        caption = ("Attempts on the tasks whose success rate changed most between "
+                   f"{stats[0].name} and {stats[1].name}" if len(stats) > 1 else
+                   f"Attempts of {stats[0].name} on the tasks that flip most")
+        figures.append((caption, attempt_grid_figure(stats, tasks, out_dir / "attempt_grid.png")))
+    for i, new in enumerate(stats[1:], start=1):
+        path = out_dir / f"domains_{i}_{_slug(new.name)}.png"
+        figures.append((f"Per-domain scores and change: {stats[0].name} → {new.name}",
+                        domain_heatmap_figure(stats[0], new, path)))
+    figures.append(("pass@k and pass^k for k = 1..n", curves_figure(stats, out_dir / "pass_curves.png")))
+    return figures
+
+
+def render_report(runs: Sequence[RunData], out_dir: Path | str, *, rng: np.random.Generator | None = None,
+                  resamples: int = 2000) -> ReportFiles:
+    """Write report.md and the PNGs into out_dir; `rng` drives the bootstrap (default: seed 0)."""
+    _check_runs(runs)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = rng if rng is not None else np.random.default_rng(0)
+    stats = [compute_stats(run, rng, resamples) for run in runs]
+    tables = (before_after_table(stats), side_by_side_table(stats), cost_table(stats))
+    figures = _figures(stats, out)
+    parts = ["# Evaluation report", "", _runs_markdown(stats), ""]
+    for table in tables:
+        parts += [table.to_markdown(), ""]
+    parts += [_uncertainty_markdown(stats), "", "## Figures", ""]
+    for caption, path in figures:
+        parts += [f"![{caption}]({path.name})", "", f"*{caption}.*", ""]
+    markdown_path = out / "report.md"
+    markdown_path.write_text("\n".join(parts))
+    return ReportFiles(markdown_path, tuple(path for _, path in figures), tables)

@@ -1,0 +1,91 @@
+"""The runs a report compares, and everything derived from them once (metrics, cost, flips)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tbx.cost import CampaignCost, Prices, ReliabilityCost, campaign_cost, reliability_cost
+from tbx.metrics import (
+    BootstrapCI,
+    FlipStats,
+    PassCurves,
+    Summary,
+    bootstrap_ci,
+    flip_stats,
+    outcomes_from_records,
+    pass_curves,
+    summarize,
+)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One evaluated run: its final episode records (dicts as stored) and how to price them.
+
+    The agent's tokens are priced as `model_name`; the simulated user's and the judge's as
+    `user_model` and `judge_model` (empty when that role spent no tokens). `k` is the attempts
+    asked per task; a task with fewer judged attempts stops the report unless allow_incomplete.
+    `billed_records`, when given, are what the bill sums (every try, retried errors included);
+    otherwise `records` are billed.
+    """
+
+    name: str
+    records: Sequence[Mapping[str, Any]]
+    model_name: str
+    prices: Mapping[str, Prices]
+    k: int
+    user_model: str = ""
+    judge_model: str = ""
+    allow_incomplete: bool = False
+    billed_records: Sequence[Mapping[str, Any]] | None = None
+
+    def role_models(self) -> dict[str, str]:
+        return {"agent": self.model_name, "user": self.user_model, "judge": self.judge_model}
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """A run with its metrics, bill and per-attempt verdicts, computed once for every table and figure."""
+
+    run: RunData
+    outcomes: dict[str, list[bool]]  # task -> judged attempts, in attempt order
+    domains: dict[str, str]
+    errors: dict[str, int]  # outcome -> count, errors and exclusions
+    cells: dict[str, dict[int, str]]  # task -> attempt -> outcome, every outcome
+    summary: Summary
+    cost: CampaignCost
+    reliability: ReliabilityCost
+    flips: FlipStats
+    curves: PassCurves
+    ci: BootstrapCI
+
+    @property
+    def name(self) -> str:
+        return self.run.name
+
+    def success_rate(self, task: str) -> float | None:
+        values = self.outcomes.get(task, [])
+        return sum(values) / len(values) if values else None
+
+
+def compute_stats(run: RunData, rng: np.random.Generator, resamples: int = 2000) -> RunStats:
+    if not run.records:
+        raise ValueError(f"run {run.name!r} has no records")
+    outcomes, domains, errors = outcomes_from_records(run.records)
+    cells: dict[str, dict[int, str]] = {}
+    for record in run.records:
+        cells.setdefault(record["task_id"], {})[int(record["attempt"])] = record["outcome"]
+    summary = summarize(outcomes, domains, attempts=run.k, allow_incomplete=run.allow_incomplete)
+    billed = run.records if run.billed_records is None else run.billed_records
+    cost = campaign_cost(billed, run.role_models(), run.prices)
+    return RunStats(
+        run=run, outcomes=outcomes, domains=domains, errors=errors, cells=cells, summary=summary, cost=cost,
+        reliability=reliability_cost(cost, summary.successes, summary.tasks_all),
+        flips=flip_stats(outcomes),
+        curves=pass_curves(outcomes, attempts=run.k, allow_incomplete=run.allow_incomplete),
+        ci=bootstrap_ci(outcomes, rng, attempts=run.k, allow_incomplete=run.allow_incomplete,
+                        resamples=resamples))

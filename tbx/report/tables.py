@@ -1,0 +1,176 @@
+"""The report's three tables, as plain data (for W&B or JSON) and as Markdown.
+
+Table 1 compares each run with the first (the base); Table 2 puts the runs side by side and marks
+the best and second-best value of each column; Table 3 is cost and reliability. Percentages are
+kept in percent, changes in percentage points (pp); costs in USD; None means "not defined"
+(e.g. no task at k/k, so no cost per reliable task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tbx.report.data import RunStats
+
+BEST, SECOND = "best", "second"
+
+
+@dataclass(frozen=True)
+class Table:
+    """`rows` holds plain values; `text` the same cells formatted; `marks` "", "best" or "second"."""
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+    text: tuple[tuple[str, ...], ...]
+    marks: tuple[tuple[str, ...], ...]
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "columns": list(self.columns),
+                "rows": [list(r) for r in self.rows], "marks": [list(m) for m in self.marks]}
+
+    def to_markdown(self) -> str:
+        def cell(text: str, mark: str) -> str:
+            return f"**{text}**" if mark == BEST else f"_{text}_" if mark == SECOND else text
+
+        text_columns = [all(isinstance(row[i], str) for row in self.rows) for i in range(len(self.columns))]
+        lines = [f"**{self.title}**", "", "| " + " | ".join(self.columns) + " |",
+                 "|" + "|".join("---" if is_text else "---:" for is_text in text_columns) + "|"]
+        for text, marks in zip(self.text, self.marks, strict=True):
+            lines.append("| " + " | ".join(cell(t, m) for t, m in zip(text, marks, strict=True)) + " |")
+        if self.note:
+            lines += ["", self.note]
+        return "\n".join(lines)
+
+
+def pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.2f}"
+
+
+def count(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"
+
+
+def usd(value: float | None, digits: int = 2) -> str:
+    return "n/a" if value is None else f"${value:,.{digits}f}"
+
+
+def _delta_pp(new: float, base: float) -> str:
+    return f"{100 * (new - base):+.2f} pp"
+
+
+def _delta_count(new: int, base: int, with_ratio: bool) -> str:
+    ratio = f" (×{new / base:.1f})" if with_ratio and base else ""
+    return f"{new - base:+,d}{ratio}"
+
+
+RATE, COUNT, RATIO = "rate", "count", "count with ratio"
+
+
+def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
+    """(label, value of a run, kind) for Table 1; the reliable-task count also shows its ratio."""
+    return [
+        ("pass@1 (%)", lambda s: s.summary.pass_at_1, RATE),
+        (f"pass@{k} (%)", lambda s: s.summary.pass_at_k, RATE),
+        (f"observed {k}/{k} (%)", lambda s: s.summary.observed_all, RATE),
+        ("successful attempts", lambda s: s.summary.successes, COUNT),
+        ("judged attempts", lambda s: s.summary.attempts, COUNT),
+        (f"tasks at {k}/{k}", lambda s: s.summary.tasks_all, RATIO),
+        ("tasks solved at least once", lambda s: s.summary.tasks_any, COUNT),
+        ("errors and exclusions (not failures)", lambda s: sum(s.errors.values()), COUNT),
+    ]
+
+
+def before_after_table(stats: Sequence[RunStats]) -> Table:
+    """Table 1: the first run is the base; every other run gets its value and its change."""
+    base, news = stats[0], stats[1:]
+    k = base.summary.k
+    columns = ["metric", base.name] + [c for s in news for c in (s.name, f"change ({s.name})")]
+    rows, text = [], []
+    for label, value, kind in _metric_rows(k):
+        is_rate = kind == RATE
+        row: list[Any] = [label, _plain(value(base), is_rate)]
+        cells = [label, pct(value(base)) if is_rate else count(value(base))]
+        for s in news:
+            new, old = value(s), value(base)
+            row += [_plain(new, is_rate), round(100 * (new - old), 6) if is_rate else new - old]
+            cells += ([pct(new), _delta_pp(new, old)] if is_rate
+                      else [count(new), _delta_count(new, old, kind == RATIO)])
+        rows.append(tuple(row))
+        text.append(tuple(cells))
+    note = (f"{base.summary.n_tasks} tasks × {k} attempts. Changes in percentage points (pp) for rates, "
+            "in counts (× ratio) otherwise. Errors and exclusions are not counted as failures.")
+    title = (f"Table 1. Before/after: {base.name} (base) vs {', '.join(s.name for s in news)}" if news
+             else f"Table 1. {base.name} (no second run to compare)")
+    return Table("table1_before_after", title, tuple(columns), tuple(rows), tuple(text),
+                 tuple(("",) * len(columns) for _ in rows), note)
+
+
+def _plain(value: float | int, is_rate: bool) -> float | int:
+    return round(100 * value, 6) if is_rate else value
+
+
+def rank_marks(values: Sequence[float | None], higher_is_better: bool = True) -> list[str]:
+    """'best' for every cell holding the best distinct value, 'second' for the next; None is unranked."""
+    distinct = sorted({v for v in values if v is not None}, reverse=higher_is_better)
+    marks = {v: BEST for v in distinct[:1]} | {v: SECOND for v in distinct[1:2]}
+    return [marks.get(v, "") if v is not None else "" for v in values]
+
+
+def _ranked_table(name: str, title: str, stats: Sequence[RunStats],
+                  columns: Sequence[tuple[str, Callable[[RunStats], Any], Callable[[Any], str], bool | None]],
+                  note: str) -> Table:
+    """One row per run; column = (label, value, format, higher is better; None = not ranked)."""
+    rows = [tuple([s.name] + [value(s) for _, value, _, _ in columns]) for s in stats]
+    text = [tuple([s.name] + [fmt(value(s)) for _, value, fmt, _ in columns]) for s in stats]
+    marks_by_column = [[""] * len(stats)]
+    for i, (_, _, _, higher) in enumerate(columns, start=1):
+        values = [r[i] for r in rows]
+        marks_by_column.append([""] * len(stats) if higher is None or len(stats) < 2
+                               else rank_marks(values, higher))
+    marks = [tuple(col[r] for col in marks_by_column) for r in range(len(stats))]
+    header = ("run",) + tuple(label for label, _, _, _ in columns)
+    return Table(name, title, header, tuple(rows), tuple(text), tuple(marks), note)
+
+
+def side_by_side_table(stats: Sequence[RunStats]) -> Table:
+    """Table 2: runs side by side; per column the best value in bold, the second underlined."""
+    k = stats[0].summary.k
+    columns = [
+        ("model", lambda s: s.run.model_name, str, None),
+        ("pass@1 (%)", lambda s: round(100 * s.summary.pass_at_1, 6), lambda v: f"{v:.2f}", True),
+        (f"pass@{k} (%)", lambda s: round(100 * s.summary.pass_at_k, 6), lambda v: f"{v:.2f}", True),
+        (f"observed {k}/{k} (%)", lambda s: round(100 * s.summary.observed_all, 6), lambda v: f"{v:.2f}", True),
+        ("successful attempts", lambda s: s.summary.successes, count, True),
+        (f"tasks at {k}/{k}", lambda s: s.summary.tasks_all, count, True),
+        ("tasks solved at least once", lambda s: s.summary.tasks_any, count, True),
+    ]
+    note = ("Bold: best in the column; underlined (_…_): second best. No single metric ranks the "
+            "models: read coverage (pass@k) and repeatability (observed k/k) together.")
+    return _ranked_table("table2_side_by_side", "Table 2. Models side by side", stats, columns, note)
+
+
+def cost_table(stats: Sequence[RunStats]) -> Table:
+    """Table 3: evaluation cost and what it buys (lower cost is better: bold best, underlined second)."""
+    k = stats[0].summary.k
+
+    def tokens(role: str) -> Callable[[RunStats], int]:
+        return lambda s: s.cost.by_role()[role].tokens if role in s.cost.by_role() else 0
+
+    columns = [
+        ("campaign cost (USD)", lambda s: s.reliability.campaign_usd, usd, False),
+        ("cost per success (USD)", lambda s: s.reliability.per_success, lambda v: usd(v, 3), False),
+        (f"cost per reliable ({k}/{k}) task (USD)", lambda s: s.reliability.per_reliable_task, usd, False),
+        ("agent tokens", tokens("agent"), count, None),
+        ("user tokens", tokens("user"), count, None),
+        ("judge tokens", tokens("judge"), count, None),
+        ("total tokens", lambda s: s.cost.tokens, count, None),
+    ]
+    note = (f"Campaign cost = measured tokens × per-model prices over every recorded episode (errors "
+            f"included); cost per reliable task = campaign cost ÷ tasks at {k}/{k}, n/a when no task is "
+            "reliable. Probing and training are not included.")
+    return _ranked_table("table3_cost", "Table 3. Cost and reliability", stats, columns, note)
