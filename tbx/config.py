@@ -142,6 +142,14 @@ class ReportConfig:
 
 
 @dataclass
+class LoggerConfig:
+    kind: str = "wandb"  # wandb | none
+    mode: str = "offline"  # offline (sync later with `wandb sync`) | online | disabled
+    project: str = "tbx"
+    entity: str | None = None
+
+
+@dataclass
 class StoreConfig:
     url: str | None = None  # results database; null: <run folder>/results.sqlite. PostgreSQL for many jobs
 
@@ -168,6 +176,7 @@ class Config:
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
     runs: list[str] = field(default_factory=list)  # stage=report: the run folders to compare, base first
     seed: int = 0
     out_root: str = "outputs"  # run folders live under it, named by stage and run hash
@@ -187,6 +196,7 @@ GROUPS = {
     "backend": BackendConfig,
     "difficulty": DifficultyConfig,
     "pool": PoolConfig,
+    "logger": LoggerConfig,
 }
 
 

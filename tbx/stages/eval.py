@@ -24,6 +24,7 @@ from tbx.episodes import run_episode
 from tbx.errors import ConfigError
 from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.sinks import stage_sink
 from tbx.stages.components import build_backend, build_judge, build_policy, build_user, episode_cost
 from tbx.store import ResultStore, open_store
 
@@ -79,6 +80,22 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
                 await part.aclose()
 
 
+def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str) -> None:
+    """Headline metrics per domain and a per-family table to the logging sink."""
+    metrics = {f"{prefix}/{key}": summary[key] for key in ("pass_at_1", "pass_at_k", "observed_all", "n_tasks",
+                                                          "episodes", "cost_usd") if summary.get(key) is not None}
+    metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary["counts"].items()}
+    for domain, group in summary["by_domain"].items():
+        if group["pass_at_1"] is not None:
+            metrics[f"{prefix}/{domain}/pass_at_1"] = group["pass_at_1"]
+    rows = [[name, g["n_tasks"], g["episodes"], g["pass_at_1"], g["counts"]["success"], g["counts"]["failure"],
+             g["errors"]] for name, g in summary["by_family"].items()]
+    with stage_sink(cfg, run_dir) as sink:
+        sink.log(metrics)
+        sink.table(f"{prefix}/families", ["family", "tasks", "episodes", "pass_at_1", "success", "failure",
+                                          "errors"], rows)
+
+
 def prepare_all(tasks: list, backend) -> dict[str, TaskRuntime]:  # noqa: ANN001
     return {t.id: prepare_task(t, backend) for t in tqdm(tasks, desc="prepare", unit="task", file=sys.stderr,
                                                           disable=None)}
@@ -113,6 +130,7 @@ def run_eval(cfg: Config) -> dict[str, Any]:
                                           "error_tries": log.error_tries(),
                                           "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    log_summary(cfg, run_dir, summary, "eval")
     if cfg.summary_path:
         Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))

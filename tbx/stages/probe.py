@@ -21,6 +21,7 @@ from tbx.difficulty import describe
 from tbx.errors import ConfigError
 from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.sinks import stage_sink
 from tbx.stages.components import build_backend
 from tbx.stages.eval import prepare_all, run_campaign, write_runtimes
 from tbx.store import ResultStore, open_store
@@ -113,6 +114,11 @@ def run_probe(cfg: Config) -> dict[str, Any]:
         "tasks": per_task,
     }
     (run_dir / "probe.json").write_text(json.dumps(summary, indent=2))
+    with stage_sink(cfg, run_dir) as sink:
+        sink.log({"probe/episodes": episodes, "probe/episodes_share_of_fixed_n": summary["episodes_share_of_fixed_n"],
+                  "probe/cost_usd": summary["cost_usd"]} | {f"probe/band/{b}": c for b, c in summary["bands"].items()})
+        sink.table("probe/tasks", ["task", "k", "n", "band", "mean"],
+                   [[t, v["k"], v["n"], v["band"], v["mean"]] for t, v in per_task.items()])
     print(f"probe {cfg.tasks.name} with {cfg.policy.name}: {summary['n_tasks']} tasks, {episodes} episodes "
           f"({100 * summary['episodes_share_of_fixed_n']:.0f}% of fixed n={cfg.probe.attempts}), "
           f"{rounds} round(s) -> {run_dir}")

@@ -23,6 +23,7 @@ from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
 from tbx.report import RunData, render_report
 from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.sinks import stage_sink
 from tbx.store.results import read_records
 
 MODEL_POLICY = "tbx.policies.model.from_config"
@@ -79,6 +80,11 @@ def run_report(cfg: Config) -> dict[str, Any]:
     except IncompleteInventoryError as exc:
         raise ConfigError(str(cfg.runs), "report.allow_incomplete", str(exc),
                           "re-run the missing attempts, or set report.allow_incomplete=true") from exc
+    with stage_sink(cfg, run_dir) as sink:
+        for index, table in enumerate(files.tables, 1):
+            sink.table(f"report/table{index}", table.columns, table.rows)
+        for path in files.png_paths:
+            sink.image(f"report/{path.stem}", path)
     print(f"report of {len(runs)} runs -> {files.markdown_path}")
     for path in files.png_paths:
         print(f"  figure {path}")

@@ -23,6 +23,7 @@ from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
 from tbx.pool import PoolStrategy, select_pool
 from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.sinks import stage_sink
 from tbx.store.results import read_records
 
 
@@ -112,6 +113,13 @@ def run_select(cfg: Config) -> dict[str, Any]:
                     for row in manifest["tasks"] if row["n"] > 0}
     plot_band_histogram(difficulties, cfg.difficulty.edges, cfg.difficulty.names, manifest["kept"],
                         run_dir / "bands.png")
+    with stage_sink(cfg, run_dir) as sink:
+        sink.log({"pool/kept": len(manifest["kept"]), "pool/tasks": len(manifest["tasks"])}
+                 | {f"pool/band/{band}": count for band, count in manifest["band_counts"].items()})
+        sink.table("pool/tasks", ["task", "domain", "family", "k", "n", "band", "mean", "kept"],
+                   [[r["id"], r["domain"], r["family"], r["k"], r["n"], r["band"], r["mean"], r["kept"]]
+                    for r in manifest["tasks"]])
+        sink.image("pool/bands", run_dir / "bands.png")
     print(format_pool(manifest) + f"\n-> {run_dir / 'pool.json'}")
     return {"run_dir": str(run_dir), "manifest": str(run_dir / "pool.json"), "hash": manifest["hash"],
             "plot": str(run_dir / "bands.png"),

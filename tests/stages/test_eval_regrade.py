@@ -19,7 +19,7 @@ register_configs()
 
 def make_cfg(tmp_path, *overrides) -> Config:
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        composed = compose("config", overrides=[f"out_root={tmp_path}/outputs",
+        composed = compose("config", overrides=["logger=none", f"out_root={tmp_path}/outputs",
                                                 f"backend.workdir={tmp_path}/db", *overrides])
     return OmegaConf.to_object(composed)
 
@@ -49,7 +49,7 @@ def stored_keys(run_dir):
 @pytest.mark.slow
 def test_eval_killed_at_random_points_resumes_with_nothing_lost_or_run_twice(tmp_path):
     # the first kill lands while the store is filling up; later ones at random points
-    args = ["stage=eval", "tasks=travel", "policy=oracle", "eval.attempts=3", "eval.concurrency=4",
+    args = ["logger=none", "stage=eval", "tasks=travel", "policy=oracle", "eval.attempts=3", "eval.concurrency=4",
             f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db", "run_dir=" + str(tmp_path / "run")]
     rng = random.Random(7)
     kills = 0
@@ -104,8 +104,8 @@ def test_replay_plays_a_stored_run(tmp_path):
 
 
 def launch(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=120)
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), "logger=none", *args], capture_output=True,
+                          text=True, cwd=cwd, timeout=300)
 
 
 def test_launch_cli_policy_null_alias_and_summary(tmp_path):
@@ -161,3 +161,16 @@ def test_report_compares_stored_runs_and_refuses_incomplete_ones(tmp_path):
         run(make_cfg(tmp_path, "stage=report", runs))
     allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
     assert Path(allowed["markdown"]).is_file()
+
+
+def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
+    from tests import wandb_reader
+
+    summary = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", "logger=wandb_offline"))
+    rows = wandb_reader.history(summary["run_dir"], wait_for="eval/pass_at_1")
+    metrics = {k: v for row in rows for k, v in row.items()}
+    assert metrics["eval/pass_at_1"] == 1 and metrics["eval/mock/pass_at_1"] == 1
+    assert metrics["eval/outcome/success"] == 3 and metrics["eval/n_tasks"] == 3
+    families = wandb_reader.table(summary["run_dir"], "eval/families")
+    assert families["columns"][0] == "family" and sorted(r[0] for r in families["data"]) == [
+        "mock/nickname", "mock/transfer"]

@@ -54,7 +54,7 @@ def test_adaptive_probe_spends_fewer_episodes(tmp_path):
 
 @pytest.mark.slow
 def test_probe_killed_at_random_points_resumes_to_exactly_n_per_task(tmp_path):
-    args = ["stage=probe", "tasks=travel", *COIN, "probe.adaptive=false", "probe.attempts=10",
+    args = ["logger=none", "stage=probe", "tasks=travel", *COIN, "probe.adaptive=false", "probe.attempts=10",
             "eval.concurrency=4", f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db",
             f"run_dir={tmp_path / 'probe'}"]
     rng = random.Random(11)

@@ -1,0 +1,103 @@
+"""Where metrics, tables and images go: W&B (offline by default) or nowhere.
+
+One interface with a no-op twin, so stages log without caring whether W&B is on. Keys are
+namespaced (`eval/pass_at_1`, `eval/travel/pass_at_1`, `pool/kept`, `train/reward_mean`). Only
+this module imports wandb. The API key is read by wandb from its environment or netrc; it never
+passes through our config, and `safe_config` drops any key that looks like a secret.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tbx.config import Config
+
+SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)
+
+
+def safe_config(value: Any) -> Any:
+    """The config as plain data with secret-looking values removed (names of env vars are kept)."""
+    if dataclasses.is_dataclass(value):
+        value = dataclasses.asdict(value)
+    if isinstance(value, Mapping):
+        return {k: ("<redacted>" if SECRET.search(str(k)) else safe_config(v)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe_config(v) for v in value]
+    return value
+
+
+class Sink(ABC):
+    @abstractmethod
+    def log(self, metrics: Mapping[str, float], step: int | None = None) -> None: ...
+
+    @abstractmethod
+    def table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None: ...
+
+    @abstractmethod
+    def image(self, key: str, path: str | Path) -> None: ...
+
+    @abstractmethod
+    def finish(self) -> None: ...
+
+
+class NullSink(Sink):
+    def log(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        pass
+
+    def table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        pass
+
+    def image(self, key: str, path: str | Path) -> None:
+        pass
+
+    def finish(self) -> None:
+        pass
+
+
+class WandbSink(Sink):
+    def __init__(self, cfg: Config, run_dir: Path, name: str, group: str):
+        import wandb
+
+        self._wandb = wandb
+        mode = cfg.logger.mode
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self.run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity or None, mode=mode,
+                              dir=str(run_dir), name=name, group=group, config=safe_config(cfg),
+                              job_type=cfg.stage.name, reinit="finish_previous")
+
+    def log(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def table(self, key: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+        self.run.log({key: self._wandb.Table(columns=list(columns), data=[list(r) for r in rows])})
+
+    def image(self, key: str, path: str | Path) -> None:
+        self.run.log({key: self._wandb.Image(str(path))})
+
+    def finish(self) -> None:
+        self.run.finish()
+
+
+def open_sink(cfg: Config, run_dir: Path, name: str, group: str) -> Sink:
+    if cfg.logger.kind == "wandb":
+        return WandbSink(cfg, run_dir, name, group)
+    return NullSink()
+
+
+@contextmanager
+def stage_sink(cfg: Config, run_dir: Path) -> Iterator[Sink]:
+    """The run's sink, named like its folder, grouped by its identity; finished in every case."""
+    from tbx.runs import run_identity, run_name
+
+    sink = open_sink(cfg, run_dir, run_name(cfg), run_identity(cfg))
+    try:
+        yield sink
+    finally:
+        sink.finish()

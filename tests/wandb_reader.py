@@ -1,0 +1,70 @@
+"""Read back what a W&B offline run wrote, for tests: the history rows of `run-*.wandb`.
+
+The file is a sequence of 32 KiB blocks of length-prefixed chunks (full / first / middle / last),
+each chunk part of a protobuf `Record`; wandb 0.31 ships no reader for it in Python.
+"""
+
+import glob
+import json
+import struct
+import time
+from pathlib import Path
+
+from wandb.proto import wandb_internal_pb2
+
+BLOCK, HEADER = 32768, 7
+
+
+def _chunks(data: bytes):
+    pos, partial = HEADER, b""
+    while pos + HEADER <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < HEADER:
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + HEADER])
+        if length == 0 and kind == 0:  # zero padding at the end of a block
+            pos += left
+            continue
+        chunk = data[pos + HEADER:pos + HEADER + length]
+        pos += HEADER + length
+        if kind == 1:
+            yield chunk
+        elif kind == 2:
+            partial = chunk
+        elif kind == 3:
+            partial += chunk
+        elif kind == 4:
+            yield partial + chunk
+
+
+def history(run_dir: str | Path, wait_for: str | None = None, timeout_s: float = 20.0) -> list[dict]:
+    """Every history row of the (single) offline W&B run under `run_dir`. W&B's writer process may
+    still be flushing after `finish()` returns, so with `wait_for` it polls until that key shows."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        rows = _read_history(run_dir)
+        if wait_for is None or any(wait_for in row for row in rows) or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
+
+
+def _read_history(run_dir: str | Path) -> list[dict]:
+    files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1, files
+    rows = []
+    for chunk in _chunks(Path(files[0]).read_bytes()):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(chunk)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item})
+    return rows
+
+
+def table(run_dir: str | Path, key: str) -> dict:
+    """The JSON of the table logged under `key` (columns and data)."""
+    for row in history(run_dir, wait_for=f"{key}/_type"):
+        if row.get(f"{key}/_type") == "table-file":
+            files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "files" / row[f"{key}/path"]))
+            return json.loads(Path(files[0]).read_text())
+    raise KeyError(key)
