@@ -134,6 +134,7 @@ class PostgresBackend(Backend):
             engine = create_engine(self.database_url(temporary), poolclass=NullPool)
             try:
                 fill(engine, metadata, rows)
+                advance_sequences(engine, metadata)
                 # Frozen rows and fresh statistics: autovacuum then has no reason to visit the
                 # template (its session would make every clone wait), and clones start analysed.
                 with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -206,3 +207,17 @@ def _clone_failure(template: str, exc: DBAPIError) -> str:
     if sqlstate == "3D000":  # invalid_catalog_name
         return f"cannot clone template {template!r}: it does not exist; call ensure_template first"
     return f"cannot clone template {template!r}: {_first_line(exc)}"
+
+
+def advance_sequences(engine: Engine, metadata: MetaData) -> None:
+    """Move each serial primary key's sequence past the seeded ids: rows inserted with explicit
+    ids do not advance it, and the next insert without an id would collide with a seed row."""
+    quote = engine.dialect.identifier_preparer.quote_identifier
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            for column in table.primary_key.columns:
+                sequence = conn.execute(text("SELECT pg_get_serial_sequence(:t, :c)"),
+                                        {"t": table.name, "c": column.name}).scalar()
+                if sequence:
+                    conn.execute(text(f"SELECT setval(:s, COALESCE((SELECT MAX({quote(column.name)}) FROM "
+                                      f"{quote(table.name)}), 0) + 1, false)"), {"s": sequence})

@@ -317,3 +317,21 @@ def test_postgres_unreachable_is_an_infra_error():
 def test_postgres_backend_refuses_other_urls():
     with pytest.raises(ConfigError, match="backend.url"):
         PostgresBackend("sqlite:///x.db")
+
+
+def test_insert_without_id_after_seeding_does_not_collide(backend: Backend):
+    # seed rows carry explicit ids; a tool inserting without one must get the next free id
+    from sqlalchemy import insert, select
+
+    from tbx.domains.mock.schema import transfers
+
+    rows = {"accounts": MOCK.base_rows()["accounts"],
+            "transfers": [{"id": 7, "from_account": 1, "to_account": 2, "amount": 1, "memo": "seed"}]}
+    db = backend.clone(backend.ensure_template(new_key(), MOCK.metadata, rows))
+    try:
+        with db.engine.begin() as conn:
+            conn.execute(insert(transfers).values(from_account=2, to_account=1, amount=3))
+            ids = sorted(conn.execute(select(transfers.c.id)).scalars())
+        assert ids == [7, 8]
+    finally:
+        backend.drop(db)
