@@ -31,10 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_postgres() -> str:
-    env = dict(os.environ, PG_PORT="55499", PG_LOCAL_DIR="/tmp/tbx-bench-pg", PG_DB="tbx")
+    env = dict(os.environ, PG_PORT="55499", PG_LOCAL_DIR="/dev/shm/tbx-bench-pg")
     subprocess.run(["bash", str(ROOT / "scripts/pg_local.sh"), "start"], check=True, env=env,
                    stdout=subprocess.DEVNULL)
-    return "postgresql+psycopg://postgres@127.0.0.1:55499/tbx"
+    return "postgresql+psycopg://postgres@127.0.0.1:55499/postgres"
+
+
+def stop_postgres() -> None:
+    env = dict(os.environ, PG_PORT="55499", PG_LOCAL_DIR="/dev/shm/tbx-bench-pg")
+    subprocess.run(["bash", str(ROOT / "scripts/pg_local.sh"), "stop", "--wipe"], env=env, stdout=subprocess.DEVNULL)
 
 
 def measure(kind: str, url: str | None, domain: str, episodes: int) -> dict[str, float]:
@@ -81,7 +86,11 @@ def main() -> None:
     rows = [("sqlite", measure("sqlite", None, args.domain, args.episodes))]
     if args.postgres or args.pg_url:
         url = args.pg_url or start_postgres()
-        rows.append(("postgres", measure("postgres", url, args.domain, max(50, args.episodes // 3))))
+        try:
+            rows.append(("postgres", measure("postgres", url, args.domain, max(50, args.episodes // 3))))
+        finally:
+            if not args.pg_url:
+                stop_postgres()
     keys = ["episodes", "tasks", "clone_ms", "session_ms", "tool_call_ms", "calls_per_episode", "grade_ms",
             "total_ms", "episodes_per_s"]
     print(f"harness cost per episode, oracle policy, {args.domain} tasks, one core (medians)")
