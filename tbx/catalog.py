@@ -85,7 +85,7 @@ def task_items(cfg: TasksConfig) -> list[tuple[object, str]]:
 
 
 def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
-    """Refuse duplicate ids, then apply the split, family and limit filters."""
+    """Refuse duplicate ids, then apply the split, family, per-family and limit filters."""
     seen: dict[str, str] = {}
     for task in tasks:
         if task.id in seen:
@@ -96,6 +96,15 @@ def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
         tasks = [t for t in tasks if t.split == cfg.split]
     if cfg.families:
         tasks = [t for t in tasks if t.family in cfg.families]
+    if cfg.per_family is not None:
+        taken: dict[tuple[str, str], int] = {}
+        kept = []
+        for task in tasks:
+            key = (task.domain, task.family)
+            if taken.get(key, 0) < cfg.per_family:
+                taken[key] = taken.get(key, 0) + 1
+                kept.append(task)
+        tasks = kept
     if cfg.limit is not None:
         tasks = tasks[: cfg.limit]
     return tasks

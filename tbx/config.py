@@ -25,6 +25,7 @@ class TasksConfig:
     split: str | None = None  # keep only tasks of this split (bench | train)
     path: str | None = None  # a task file or a folder of them (YAML/JSON/JSONL), outside the repo too
     families: list[str] = field(default_factory=list)  # keep only these families (empty: all)
+    per_family: int | None = None  # keep the first N tasks of each family (small, balanced samples)
     limit: int | None = None  # first N tasks after filtering (quick runs)
     seed: int = 0  # seed of the domain task generators
 
@@ -160,6 +161,38 @@ class RegradeConfig:
 
 
 @dataclass
+class HardwareConfig:
+    """Where a stage's jobs run and what one job gets (conf/hardware/; see tbx/launch/plan.py)."""
+
+    name: str = "local_cpu"
+    executor: str = "debug"  # debug (in this process) | local (a subprocess per job) | slurm
+    partition: str | None = None  # Slurm partition (null: the cluster's default)
+    account: str | None = None  # Slurm account to charge
+    qos: str | None = None  # Slurm quality of service
+    time_min: int = 240  # wall-clock limit of one job in minutes (local and slurm executors)
+    nodes: int = 1
+    tasks_per_node: int = 1  # processes per node; stage=train: Ray nodes per allocated node
+    gpus_per_node: int = 0
+    gpu_type: str | None = None  # e.g. a100, h100: requests --gres=gpu:<type>:<gpus_per_node>
+    cpus_per_task: int = 2
+    mem_gb: int | None = None  # memory per node (null: the partition's default)
+    constraint: str | None = None  # Slurm --constraint (node features)
+    setup: list[str] = field(default_factory=list)  # shell lines before a Slurm job (module load, conda activate)
+    ray_auth_mode: str = "token"  # token (a fresh random token per job) | disabled; set on every Ray process
+
+
+@dataclass
+class LauncherConfig:
+    """How a stage is submitted; the hardware group says where."""
+
+    shards: int = 1  # eval/probe: job-array size; job i runs eval.shard=i eval.num_shards=shards
+    max_parallel: int | None = None  # most array jobs running at once (null: no limit)
+    folder: str = "${out_root}/jobs"  # submitit scripts, logs and pickles, named by job id
+    wait: bool = True  # wait for the jobs and print the summary (false: print the job ids and return)
+    wait_timeout_s: float | None = None  # stop waiting after this long (null: no limit)
+
+
+@dataclass
 class Config:
     stage: StageConfig = field(default_factory=StageConfig)
     tasks: TasksConfig = field(default_factory=TasksConfig)
@@ -177,6 +210,8 @@ class Config:
     select: SelectConfig = field(default_factory=SelectConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
     runs: list[str] = field(default_factory=list)  # stage=report: the run folders to compare, base first
     seed: int = 0
     out_root: str = "outputs"  # run folders live under it, named by stage and run hash
@@ -197,6 +232,7 @@ GROUPS = {
     "difficulty": DifficultyConfig,
     "pool": PoolConfig,
     "logger": LoggerConfig,
+    "hardware": HardwareConfig,
 }
 
 

@@ -1,0 +1,20 @@
+"""RL core: GRPO math (`grpo`) and the group sampler (`sampler`). Needs only torch and numpy."""
+
+from tbx.rl.grpo import (
+    LOSS_AGG_MODES,
+    LossMetrics,
+    LossSettings,
+    PolicyLoss,
+    aggregate_loss,
+    broadcast_to_tokens,
+    group_advantages,
+    kl_estimate,
+    policy_loss,
+)
+from tbx.rl.sampler import EpisodeOutcome, Group, GroupSampler, SamplerStats, StepBatch
+
+__all__ = [
+    "LOSS_AGG_MODES", "EpisodeOutcome", "Group", "GroupSampler", "LossMetrics", "LossSettings", "PolicyLoss",
+    "SamplerStats", "StepBatch", "aggregate_loss", "broadcast_to_tokens", "group_advantages", "kl_estimate",
+    "policy_loss",
+]
