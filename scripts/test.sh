@@ -5,4 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check tbx tests launch.py benchmarks
+# GRPO math against verl's own core_algos, in .venv-verl (verl pins an older transformers than
+# tbx's local model needs, so it cannot share .venv). TBX_SKIP_VERL_CHECK=1 skips it.
+if [ "${TBX_SKIP_VERL_CHECK:-0}" != 1 ]; then
+  bash scripts/setup_verl_check.sh -q
+fi
 exec .venv/bin/python -m pytest "$@"
