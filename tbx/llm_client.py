@@ -1,0 +1,280 @@
+"""An async client for OpenAI-compatible chat-completions endpoints (vLLM or any provider).
+
+The policy, the LLM user and the LLM judge all talk to such endpoints; this module is their one
+HTTP seam. It owns what every caller needs and none should re-implement: bounded retries with
+exponential backoff and jitter (timeouts, connection errors, 429, 5xx), a concurrency limit, the
+API key read from an environment variable at call time (never stored, logged or shown in an
+error), and the conversion of `tbx.messages.Message` lists to the wire format.
+
+After the retries are spent it raises `EndpointError` (an `InfraError`) naming the endpoint and the
+cause; callers that are not the agent's endpoint (user, judge) re-raise it as their own error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tbx.config import EndpointConfig
+from tbx.errors import ConfigError, InfraError
+from tbx.messages import Message, Usage
+
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+MAX_BACKOFF_S = 30.0
+
+
+class EndpointError(InfraError):
+    """The endpoint did not answer usefully after the allowed attempts.
+
+    `status` is the last HTTP status (None for a timeout, a connection error or an unreadable
+    body); `attempts` is how many requests were sent.
+    """
+
+    def __init__(self, message: str, status: int | None = None, attempts: int = 0):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class ChatResult:
+    message: dict[str, Any]  # the choice's `message` object as the server sent it
+    usage: Usage
+    finish_reason: str | None
+
+
+class _RetryableError(Exception):
+    """One attempt failed in a way worth another try (internal to the retry loop)."""
+
+    def __init__(self, cause: str, status: int | None = None, retry_after_s: float | None = None):
+        super().__init__(cause)
+        self.cause, self.status, self.retry_after_s = cause, status, retry_after_s
+
+
+class ChatClient:
+    """Chat-completions over one endpoint; one instance is shared by all episodes of a run.
+
+    The `httpx.AsyncClient` and the semaphore are created on first use, inside the running event
+    loop, so a client built at config time works in whatever loop later uses it.
+    """
+
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        *,
+        role: str = "endpoint",
+        backoff_s: float = 0.5,
+        rng: random.Random | None = None,
+    ):
+        if not endpoint.base_url:
+            raise ConfigError("config", f"{role}.endpoint.base_url", "is not set",
+                              "set it to the server's /v1 URL, e.g. http://127.0.0.1:8000/v1")
+        if endpoint.max_retries < 0 or endpoint.concurrency < 1 or endpoint.timeout_s <= 0:
+            raise ConfigError("config", f"{role}.endpoint", "needs max_retries >= 0, concurrency >= 1, timeout_s > 0",
+                              f"got max_retries={endpoint.max_retries}, concurrency={endpoint.concurrency}, "
+                              f"timeout_s={endpoint.timeout_s}")
+        self.endpoint = endpoint
+        self.role = role
+        self.url = endpoint.base_url.rstrip("/") + "/chat/completions"
+        self._backoff_s = backoff_s
+        self._rng = rng or random.Random()
+        self._http: httpx.AsyncClient | None = None
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._api_key()  # fail at build time, not mid-run, when the variable is missing
+
+    def __repr__(self) -> str:
+        return f"ChatClient(role={self.role!r}, url={self.url!r}, model={self.endpoint.model!r})"
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   **overrides: Any) -> ChatResult:
+        """One chat completion. `overrides` replace or add request fields (temperature, seed, ...)."""
+        body: dict[str, Any] = {
+            "model": self.endpoint.model,
+            "messages": messages,
+            "temperature": self.endpoint.temperature,
+            "max_tokens": self.endpoint.max_tokens,
+        }
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        body.update(overrides)
+        self._bind_to_running_loop()
+        assert self._semaphore is not None
+        async with self._semaphore:
+            return await self._post_with_retries(body)
+
+    def _bind_to_running_loop(self) -> None:
+        """HTTP connections and the semaphore belong to one event loop; a new loop gets new ones."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._http = loop, None
+            self._semaphore = asyncio.Semaphore(self.endpoint.concurrency)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def _post_with_retries(self, body: dict[str, Any]) -> ChatResult:
+        attempts = self.endpoint.max_retries + 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self._post_once(body)
+            except _RetryableError as error:
+                if attempt == attempts:
+                    raise EndpointError(
+                        f"{self.role} endpoint {self.url} (model {self.endpoint.model!r}) failed after "
+                        f"{attempts} attempt(s): {error.cause}", status=error.status, attempts=attempts,
+                    ) from None
+                await asyncio.sleep(self._delay(attempt, error.retry_after_s))
+        raise AssertionError("unreachable")
+
+    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
+        """Exponential backoff with full jitter; a server's Retry-After is honoured (capped)."""
+        if retry_after_s is not None:
+            return min(retry_after_s, MAX_BACKOFF_S)
+        ceiling = min(self._backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
+        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    async def _post_once(self, body: dict[str, Any]) -> ChatResult:
+        http = self._client()
+        try:
+            response = await http.post(self.url, json=body, headers=self._headers())
+        except httpx.TimeoutException:
+            raise _RetryableError(f"timed out after {self.endpoint.timeout_s} s") from None
+        except httpx.TransportError as error:
+            raise _RetryableError(f"connection error ({type(error).__name__})") from None
+        except httpx.RequestError as error:  # a body that cannot be decoded, too many redirects
+            raise _RetryableError(f"request failed ({type(error).__name__})") from None
+        if response.status_code in RETRY_STATUS:
+            raise _RetryableError(f"HTTP {response.status_code}: {self._snippet(response.text)}",
+                                  status=response.status_code, retry_after_s=_retry_after(response))
+        if response.status_code >= 400:
+            raise EndpointError(
+                f"{self.role} endpoint {self.url} (model {self.endpoint.model!r}) rejected the request with "
+                f"HTTP {response.status_code} (not retried): {self._snippet(response.text)}",
+                status=response.status_code, attempts=1,
+            )
+        return self._read_result(response)
+
+    def _read_result(self, response: httpx.Response) -> ChatResult:
+        try:
+            data = response.json()
+            choice = data["choices"][0]
+            message = choice["message"]
+            if not isinstance(message, dict):
+                raise TypeError("message is not an object")
+        except (ValueError, KeyError, IndexError, TypeError) as error:
+            raise _RetryableError(f"unreadable response body ({error}): {self._snippet(response.text)}",
+                                  status=response.status_code) from None
+        usage = data.get("usage") or {}
+        return ChatResult(
+            message=message,
+            usage=Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.endpoint.timeout_s))
+        return self._http
+
+    def _headers(self) -> dict[str, str]:
+        key = self._api_key()
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def _api_key(self) -> str | None:
+        """Read at call time so a rotated key is picked up and the key never lives on the object."""
+        if not self.endpoint.api_key_env:
+            return None
+        key = os.environ.get(self.endpoint.api_key_env)
+        if not key:
+            raise ConfigError("config", f"{self.role}.endpoint.api_key_env",
+                              f"environment variable {self.endpoint.api_key_env} is empty or unset",
+                              f"export {self.endpoint.api_key_env}=<key>, or set api_key_env: null for a keyless server")
+        return key
+
+    def _snippet(self, text: str, limit: int = 300) -> str:
+        """A short, key-free excerpt of a response body for error messages."""
+        key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
+        if key:
+            text = text.replace(key, "***")
+        text = " ".join(text.split())
+        return text[:limit] + ("..." if len(text) > limit else "")
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Our messages in chat-completions wire format (pure).
+
+    Assistant tool calls carry JSON-string arguments; tool messages carry `tool_call_id`. Call ids
+    are made unique over the conversation (the parser numbers calls per turn, so `call_0` recurs):
+    a repeated id becomes `<id>_<n>` and the tool messages after it follow the new name. A call
+    without an id gets one; a tool message without an id answers the oldest unanswered call of the
+    same tool name (any, when it has no name). A tool message that answers no call (the episode's
+    note about an unparseable call) would be rejected by strict servers, so it goes out as a user
+    message tagged with its name.
+    """
+    wire: list[dict[str, Any]] = []
+    used: set[str] = set()
+    current: dict[str, str] = {}  # id as recorded -> id on the wire, for the latest call with that id
+    unanswered: list[tuple[str, str]] = []  # (wire id, tool name), oldest first
+    for message in messages:
+        if message.role == "assistant" and message.tool_calls:
+            calls = []
+            for call in message.tool_calls:
+                wire_id = _unique_id(call.id or "call", used)
+                current[call.id] = wire_id
+                unanswered.append((wire_id, call.name))
+                calls.append({"id": wire_id, "type": "function",
+                              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}})
+            wire.append({"role": "assistant", "content": message.content or None, "tool_calls": calls})
+        elif message.role == "tool":
+            recorded = current.get(message.tool_call_id, message.tool_call_id) if message.tool_call_id else None
+            wire_id = _claim_call(unanswered, recorded, message.name)
+            if not wire_id:
+                wire.append({"role": "user", "content": f"[{message.name or 'tool'}] {message.content}"})
+                continue
+            entry = {"role": "tool", "tool_call_id": wire_id, "content": message.content}
+            if message.name:
+                entry["name"] = message.name
+            wire.append(entry)
+        else:
+            wire.append({"role": message.role, "content": message.content})
+    return wire
+
+
+def _unique_id(call_id: str, used: set[str]) -> str:
+    wire_id, n = call_id, 1
+    while wire_id in used:
+        wire_id, n = f"{call_id}_{n}", n + 1
+    used.add(wire_id)
+    return wire_id
+
+
+def _claim_call(unanswered: list[tuple[str, str]], wire_id: str | None, name: str) -> str:
+    """The wire id a tool message answers, removed from `unanswered` ("" when it answers none).
+
+    With an id: that call. Without: the oldest unanswered call named `name` (any when no name).
+    """
+    for index, (candidate, call_name) in enumerate(unanswered):
+        matches = candidate == wire_id if wire_id else (not name or call_name == name)
+        if matches:
+            del unanswered[index]
+            return candidate
+    return wire_id or ""

@@ -1,0 +1,69 @@
+"""A policy served by an OpenAI-compatible endpoint (vLLM on a cluster, or a hosted provider).
+
+The agent sends the conversation and the MCP tool schemas, and reads the reply with the shared
+parser (`tbx.policies.parsing`), the same one the local model and the verl bridge use, so native
+`tool_calls`, hermes `<tool_call>` text and reasoning are read identically in evaluation and
+training. An endpoint failure raises `InfraError`; the episode loop maps it to `infra_error`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tbx.config import Config, EndpointConfig
+from tbx.llm_client import ChatClient, to_openai_messages
+from tbx.messages import AssistantTurn, Message, ToolSchema
+from tbx.policies.base import Agent, EpisodeContext, Policy
+
+
+class OpenAIPolicy(Policy):
+    name = "openai"
+
+    def __init__(self, endpoint: EndpointConfig, *, model_name: str = "", price_input_per_mtok: float = 0.0,
+                 price_output_per_mtok: float = 0.0, client: ChatClient | None = None):
+        self.endpoint = endpoint
+        self.model_name = model_name or endpoint.model
+        self.price_input_per_mtok = price_input_per_mtok
+        self.price_output_per_mtok = price_output_per_mtok
+        self.client = client or ChatClient(endpoint, role="model")
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> OpenAIPolicy:
+        """Build from `cfg.model`: its endpoint, its name (for accounting) and its prices.
+
+        Prices: the model's own fields win; when both are 0 the endpoint's fields are used, so a
+        provider preset can carry its prices.
+        """
+        model, endpoint = cfg.model, cfg.model.endpoint
+        priced = model.price_input_per_mtok or model.price_output_per_mtok
+        return cls(
+            endpoint,
+            model_name=model.name,
+            price_input_per_mtok=model.price_input_per_mtok if priced else endpoint.price_input_per_mtok,
+            price_output_per_mtok=model.price_output_per_mtok if priced else endpoint.price_output_per_mtok,
+        )
+
+    def agent(self, context: EpisodeContext) -> Agent:
+        return OpenAIAgent(self.client, seed=context.seed)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class OpenAIAgent(Agent):
+    """One episode's agent: stateless apart from its sampling seed."""
+
+    def __init__(self, client: ChatClient, seed: int | None = None):
+        self.client = client
+        self.seed = seed
+
+    async def act(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> AssistantTurn:
+        from tbx.policies.parsing import parse_openai_message  # shared parser, imported at first use
+
+        overrides: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
+        result = await self.client.chat(to_openai_messages(messages), [t.to_openai() for t in tools] or None,
+                                        **overrides)
+        parsed = parse_openai_message(result.message)
+        return AssistantTurn(content=parsed.content, tool_calls=tuple(parsed.tool_calls), usage=result.usage,
+                             malformed=tuple(parsed.malformed))

@@ -1,0 +1,210 @@
+"""The OpenAI-compatible client and policy against a real local HTTP server (tests/fakes)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from tbx.config import Config, EndpointConfig
+from tbx.errors import ConfigError, InfraError
+from tbx.llm_client import ChatClient, EndpointError, to_openai_messages
+from tbx.messages import Message, ToolCall, ToolSchema, Usage
+from tbx.policies.base import EpisodeContext
+from tbx.policies.openai_compat import OpenAIPolicy
+from tbx.vllm_server import free_port
+from tests.fakes.openai_server import (
+    FakeOpenAIServer,
+    Scripted,
+    completion,
+    delayed,
+    hermes_reply,
+    malformed_reply,
+    status_reply,
+    text_reply,
+    tool_call_reply,
+)
+
+KEY_ENV, KEY = "TBX_TEST_LLM_KEY", "sk-test-secret-4f2a9c"
+GET_ACCOUNT = ToolSchema("get_account", "Read one account.",
+                         {"type": "object", "properties": {"account_id": {"type": "integer"}}, "required": ["account_id"]})
+CONVERSATION = [Message("system", "You are a bank agent."), Message("user", "Send $5 from account 1 to 2.")]
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+def endpoint(server: FakeOpenAIServer, **changes) -> EndpointConfig:
+    fields = {"base_url": server.base_url, "model": "fake-model", "timeout_s": 2.0, "max_retries": 2,
+              "temperature": 0.7, "max_tokens": 64}
+    return EndpointConfig(**(fields | changes))
+
+
+def client(server: FakeOpenAIServer, **changes) -> ChatClient:
+    return ChatClient(endpoint(server, **changes), backoff_s=0.01)
+
+
+def act(policy: OpenAIPolicy, messages=CONVERSATION, tools=(GET_ACCOUNT,)):
+    async def run():
+        try:
+            return await policy.agent(EpisodeContext(task=None, attempt=0, seed=42)).act(messages, tools)
+        finally:
+            await policy.aclose()
+    return asyncio.run(run())
+
+
+def chat(chat_client: ChatClient, messages=None, **overrides):
+    async def run():
+        try:
+            return await chat_client.chat(messages or [{"role": "user", "content": "hi"}], None, **overrides)
+        finally:
+            await chat_client.aclose()
+    return asyncio.run(run())
+
+
+def test_wire_format_pairs_calls_with_results():
+    conversation = [
+        Message("user", "hi"),
+        Message("assistant", "", (ToolCall("get_account", {"account_id": 1}, "call_0"),)),
+        Message("tool", '{"balance": 100}', tool_call_id="call_0", name="get_account"),
+        # the parser numbers calls per turn, so call_0 comes again; the episode notes a malformed call
+        Message("assistant", "Checking.", (ToolCall("transfer", {"amount": 5}, "call_0"), ToolCall("get_account", {}))),
+        Message("tool", "Error: could not parse this tool call: <tool_call>{", name="parse_error", is_error=True),
+        Message("tool", "ok", tool_call_id="call_0", name="transfer"),
+        Message("tool", "{}", name="get_account"),
+    ]
+    assert to_openai_messages(conversation) == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": "get_account", "arguments": '{"account_id": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_0", "content": '{"balance": 100}', "name": "get_account"},
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "call_0_1", "type": "function", "function": {"name": "transfer", "arguments": '{"amount": 5}'}},
+            {"id": "call", "type": "function", "function": {"name": "get_account", "arguments": "{}"}}]},
+        {"role": "user", "content": "[parse_error] Error: could not parse this tool call: <tool_call>{"},
+        {"role": "tool", "tool_call_id": "call_0_1", "content": "ok", "name": "transfer"},
+        {"role": "tool", "tool_call_id": "call", "content": "{}", "name": "get_account"},
+    ]
+
+
+def test_policy_returns_native_tool_calls_and_usage(server):
+    server.script(tool_call_reply("get_account", {"account_id": 1}, call_id="call_abc", usage=(120, 17)))
+    turn = act(OpenAIPolicy(endpoint(server), model_name="fake"))
+    assert turn.tool_calls == (ToolCall("get_account", {"account_id": 1}, "call_abc"),)
+    assert turn.usage == Usage(120, 17) and turn.content == "" and turn.malformed == ()
+    (request,) = server.chat_requests
+    assert request.body["model"] == "fake-model" and request.body["seed"] == 42
+    assert request.body["temperature"] == 0.7 and request.body["max_tokens"] == 64
+    assert request.body["tools"] == [GET_ACCOUNT.to_openai()] and request.body["tool_choice"] == "auto"
+    assert request.body["messages"] == [m.to_dict() for m in CONVERSATION]
+
+
+def test_policy_reads_hermes_text_and_bad_arguments_with_the_shared_parser(server):
+    bad_call = {"id": "c1", "type": "function", "function": {"name": "get_account", "arguments": "{not json"}}
+    server.script(hermes_reply("get_account", {"account_id": 2}),
+                  completion({"role": "assistant", "content": None, "tool_calls": [bad_call]}))
+    policy = OpenAIPolicy(endpoint(server))
+    turn = act(policy)
+    assert turn.tool_calls == (ToolCall("get_account", {"account_id": 2}, "call_0"),) and turn.content == ""
+    broken = act(policy)
+    assert broken.tool_calls == () and len(broken.malformed) == 1 and "{not json" in broken.malformed[0]
+
+
+def test_policy_text_reply_without_tools_sends_no_tools(server):
+    server.script(text_reply("Which account?"))
+    turn = act(OpenAIPolicy(endpoint(server)), tools=())
+    assert turn.content == "Which account?" and turn.tool_calls == ()
+    assert "tools" not in server.chat_requests[0].body
+
+
+def test_from_config_uses_model_endpoint_name_and_prices(server):
+    cfg = Config()
+    cfg.model.name, cfg.model.kind = "qwen-served", "openai"
+    cfg.model.endpoint = endpoint(server, price_input_per_mtok=0.4, price_output_per_mtok=1.6)
+    policy = OpenAIPolicy.from_config(cfg)
+    assert policy.model_name == "qwen-served" and policy.client.url == server.base_url + "/chat/completions"
+    assert (policy.price_input_per_mtok, policy.price_output_per_mtok) == (0.4, 1.6)
+    cfg.model.price_input_per_mtok, cfg.model.price_output_per_mtok = 2.0, 8.0  # the model's own prices win
+    assert OpenAIPolicy.from_config(cfg).price_output_per_mtok == 8.0
+
+
+def test_retries_5xx_and_429_then_succeeds(server):
+    server.script(status_reply(503), Scripted(status=429, headers={"Retry-After": "0"}), status_reply(500),
+                  text_reply("finally"))
+    result = chat(client(server, max_retries=3))
+    assert result.message["content"] == "finally" and result.usage == Usage(11, 7)
+    assert result.finish_reason == "stop" and len(server.chat_requests) == 4
+
+
+def test_timeouts_raise_infra_error_after_bounded_retries(server):
+    server.script(*[delayed(text_reply("late"), 2.0)] * 3)
+    short = endpoint(server, timeout_s=0.2, max_retries=2)
+    started = time.monotonic()
+    with pytest.raises(InfraError, match=r"failed after 3 attempt\(s\): timed out after 0.2 s") as caught:
+        act(OpenAIPolicy(short, client=ChatClient(short, backoff_s=0.01)))
+    assert len(server.chat_requests) == 3 and caught.value.attempts == 3 and caught.value.status is None
+    assert time.monotonic() - started < 1.5  # 3 x 0.2 s timeouts plus ~0.03 s backoff, not the 2 s delays
+
+
+def test_persistent_5xx_raises_infra_error_with_status(server):
+    server.script(*[status_reply(502, "bad gateway")] * 3)
+    with pytest.raises(EndpointError, match="HTTP 502") as caught:
+        chat(client(server, max_retries=2))
+    assert isinstance(caught.value, InfraError) and caught.value.status == 502
+    assert len(server.chat_requests) == 3
+
+
+def test_4xx_is_not_retried(server):
+    server.script(status_reply(400, "unknown field"), text_reply("never sent"))
+    with pytest.raises(InfraError, match=r"HTTP 400 \(not retried\): .*unknown field"):
+        chat(client(server, max_retries=3))
+    assert len(server.chat_requests) == 1
+
+
+def test_malformed_body_is_retried_then_reported(server):
+    server.script(malformed_reply(), text_reply("ok"))
+    assert chat(client(server)).message["content"] == "ok" and len(server.chat_requests) == 2
+    server.script(*[malformed_reply()] * 3)
+    with pytest.raises(InfraError, match="unreadable response body"):
+        chat(client(server))
+
+
+def test_connection_refused_is_an_infra_error():
+    dead = EndpointConfig(base_url=f"http://127.0.0.1:{free_port()}/v1", model="m", timeout_s=1.0, max_retries=1)
+    with pytest.raises(InfraError, match=r"failed after 2 attempt\(s\): connection error"):
+        chat(ChatClient(dead, backoff_s=0.01))
+
+
+def test_api_key_is_sent_as_bearer_but_never_shown(server, monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+    server.script(text_reply("hi"), status_reply(401, f"invalid key {KEY}"))
+    policy = OpenAIPolicy(endpoint(server, api_key_env=KEY_ENV))
+    act(policy)
+    assert server.chat_requests[0].headers["authorization"] == f"Bearer {KEY}"
+    with pytest.raises(InfraError) as caught:
+        act(policy)
+    text = str(caught.value) + repr(caught.value) + repr(policy.client) + repr(policy.endpoint)
+    assert "HTTP 401" in text and "invalid key ***" in text and KEY not in text
+
+
+def test_missing_api_key_variable_fails_at_build_time(server, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with pytest.raises(ConfigError, match=f"export {KEY_ENV}="):
+        ChatClient(endpoint(server, api_key_env=KEY_ENV))
+
+
+def test_concurrency_limit_holds(server):
+    server.script(*[delayed(text_reply("x"), 0.15)] * 5)
+    limited = client(server, concurrency=2)
+
+    async def run():
+        try:
+            return await asyncio.gather(*(limited.chat([{"role": "user", "content": str(i)}]) for i in range(5)))
+        finally:
+            await limited.aclose()
+    assert len(asyncio.run(run())) == 5
+    assert server.max_in_flight == 2

