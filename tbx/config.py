@@ -103,6 +103,7 @@ class EvalConfig:
     shard: int = 0  # this job's shard of the task list
     num_shards: int = 1
     max_error_retries: int = 2  # re-runs of an attempt that ended in an error outcome
+    max_turns: int | None = None  # cap every task's turn limit (quick CPU runs); null: the task's own
 
 
 @dataclass
@@ -127,6 +128,40 @@ class ProbeConfig:
     min_attempts: int = 4
     round_size: int = 2
     protect_both: bool = False  # protect the full_param and lora decisions too (more episodes, one probe for both)
+
+
+@dataclass
+class GrpoConfig:
+    """The training recipe (SPEC §4). The same keys drive the native trainer and the verl bridge."""
+
+    group_size: int = 8  # episodes per task per step
+    groups_per_step: int = 18  # tasks per step (18 x 8 = 144 episodes)
+    steps: int = 50  # optimizer updates
+    lr: float = 1e-6  # AdamW
+    weight_decay: float = 0.0
+    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | token-sum
+    clip_ratio: float = 0.2  # PPO ratio clip, both sides
+    norm_adv_by_std: bool = True  # divide advantages by the group std (False: Dr.GRPO)
+    kl_coef: float = 0.0  # KL-to-reference loss weight; 0: no reference model
+    lora_rank: int = 16  # used when the pool's finetune is lora
+    lora_alpha: int = 32
+    lora_target_modules: str = "all-linear"
+    replace_zero_variance: bool = True  # replace all-0/all-1 groups by fresh tasks
+    max_replacements: int = 18  # replacements (zero-variance or unfillable groups) per step
+    max_error_reruns: int = 8  # re-runs of error episodes per group
+    max_prompt_tokens: int = 4096  # verl: system prompt, tools, demonstrations, opening
+    max_response_tokens: int = 8192  # verl: whole multi-turn response incl. tool/user tokens
+    max_error_retries: int = 2  # verl: re-runs inside the agent loop
+    save_every: int = 10  # checkpoint every N steps, and at the last
+    micro_batch_size: int = 4  # native: sequences per forward/backward (gradient accumulation)
+    gradient_checkpointing: bool = False  # native: trade compute for memory
+    max_grad_norm: float = 1.0
+    trainer: str = "native"  # native (transformers in-process) | verl (Ray + vLLM on clusters)
+
+
+@dataclass
+class TrainConfig:
+    pool: str | None = None  # the pool manifest (pool.json from stage=select)
 
 
 @dataclass
@@ -208,6 +243,8 @@ class Config:
     pool: PoolConfig = field(default_factory=PoolConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     select: SelectConfig = field(default_factory=SelectConfig)
+    grpo: GrpoConfig = field(default_factory=GrpoConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)

@@ -35,8 +35,16 @@ def identity_settings(cfg: Config) -> dict[str, Any]:
         "attempts": cfg.eval.attempts,
         "seed": cfg.seed,
     }
+    if cfg.eval.max_turns is not None:
+        settings["max_turns"] = cfg.eval.max_turns
     if cfg.stage.name == "probe":
         settings["attempts"] = dataclasses.asdict(cfg.probe)
+    if cfg.stage.name == "train":
+        pool = Path(cfg.train.pool or "")
+        settings["attempts"] = None
+        settings["grpo"] = dataclasses.asdict(cfg.grpo)
+        settings["finetune"] = cfg.pool.finetune
+        settings["pool"] = hash_json(pool.read_text()) if pool.is_file() else str(pool)
     if "reference" not in cfg.policy._target_:
         model = dataclasses.asdict(cfg.model)
         for key in ("cache_dir", "threads", "batch_size", "endpoint"):

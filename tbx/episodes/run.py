@@ -47,9 +47,11 @@ class _Transcript:
         self.counts = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "malformed_calls": 0}
 
 
-async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript) -> str:  # noqa: ANN001
+async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
+                                max_turns: int | None) -> str:
     """Run the dialogue; return what ended it (user_stop | turn_limit)."""
-    for _ in range(runtime.task.turn_limit):
+    limit = runtime.task.turn_limit if max_turns is None else min(runtime.task.turn_limit, max_turns)
+    for _ in range(limit):
         log.counts["turns"] += 1
         try:
             turn = await agent.act(log.messages, tools.schemas)
@@ -101,7 +103,8 @@ async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript):  
 
 
 async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
-                      judge: Judge | None, attempt: int, seed: int) -> EpisodeResult:
+                      judge: Judge | None, attempt: int, seed: int, max_turns: int | None = None) -> EpisodeResult:
+    """Play one attempt of a task. `max_turns` caps the task's own turn limit (small CPU runs)."""
     task = runtime.task
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -120,7 +123,7 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         agent = policy.agent(EpisodeContext(task, attempt, seed))
         async with open_tool_session(server, infra) as tools:
             timings["session"] = time.perf_counter() - start - timings["clone"]
-            ended_by = await _converse(runtime, tools, agent, user, log)
+            ended_by = await _converse(runtime, tools, agent, user, log, max_turns)
             timings["tools"] = tools.seconds
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()

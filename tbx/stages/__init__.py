@@ -7,4 +7,5 @@ STAGES = {
     "probe": "tbx.stages.probe:run_probe",
     "select": "tbx.stages.select:run_select",
     "report": "tbx.stages.report:run_report",
+    "train": "tbx.stages.train:run_train",
 }

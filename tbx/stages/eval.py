@@ -67,7 +67,8 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
         async with gate:
             while not log.is_final(task_id, index, cfg.eval.max_error_retries):
                 seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
-                result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed)
+                result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
+                                           cfg.eval.max_turns)
                 log.append(result, episode_cost(cfg, result.usage))
             bar.update(1)
 

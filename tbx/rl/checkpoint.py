@@ -1,0 +1,67 @@
+"""Training checkpoints that resume exactly: model (or LoRA adapter) weights, optimizer, the
+group sampler's position, every random generator, and the step.
+
+A checkpoint is written to a temporary folder and renamed into place, so a kill mid-write
+leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+LATEST = "latest.json"
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def save_checkpoint(folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    extra: dict[str, Any]) -> Path:
+    """Write checkpoint `step` under `folder` and point `latest.json` at it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"step_{step:05d}"
+    partial = folder / f".step_{step:05d}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    trainable = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+    torch.save({"step": step, "trainable": trainable, "optimizer": optimizer.state_dict(), "rng": rng_state(),
+                "extra": extra}, partial / "state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    partial.rename(final)
+    (folder / f"{LATEST}.partial").write_text(json.dumps({"step": step, "path": final.name}))
+    (folder / f"{LATEST}.partial").replace(folder / LATEST)
+    return final
+
+
+def latest_checkpoint(folder: Path) -> Path | None:
+    pointer = folder / LATEST
+    if not pointer.is_file():
+        return None
+    path = folder / json.loads(pointer.read_text())["path"]
+    return path if (path / "state.pt").is_file() else None
+
+
+def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[int, dict]:
+    """Restore weights, optimizer and random generators; return (step, extra)."""
+    state = torch.load(path / "state.pt", weights_only=False)
+    parameters = dict(model.named_parameters())
+    with torch.no_grad():
+        for name, value in state["trainable"].items():
+            parameters[name].copy_(value)
+    optimizer.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"])
+    return state["step"], state["extra"]

@@ -1,0 +1,92 @@
+"""The native GRPO update: a transformers model, full-parameter or LoRA, on CPU or one GPU.
+
+Each assistant turn of an episode becomes one training sequence: the prompt the model saw
+(system policy, tools, demonstrations, the conversation so far, tool results and user replies)
+followed by the tokens it generated. Only generated tokens carry loss (mask 1); prompt tokens
+— everything the tools and the user wrote — get mask 0 and so no gradient. Every turn of an
+episode carries the episode's group-centred advantage. Training runs one update per batch of
+fresh episodes (on-policy), so the sampling log-probs equal the current ones before the step:
+the ratio is 1 and the clip bites only with more than one update per batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from tbx.rl.grpo import LossSettings, policy_loss
+
+
+@dataclass(frozen=True)
+class TurnSample:
+    prompt_ids: tuple[int, ...]
+    completion_ids: tuple[int, ...]  # what the model generated this turn (stop token included)
+    advantage: float  # the episode's group-centred advantage
+
+
+def batch_tensors(samples: Sequence[TurnSample], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Right-padded ids [b, L], attention mask [b, L] and response mask [b, L-1] of targets."""
+    length = max(len(s.prompt_ids) + len(s.completion_ids) for s in samples)
+    ids = torch.full((len(samples), length), pad_id, dtype=torch.long)  # [batch, tokens]
+    attention = torch.zeros((len(samples), length), dtype=torch.long)  # [batch, tokens]
+    response = torch.zeros((len(samples), length - 1), dtype=torch.float32)  # [batch, tokens-1]
+    for row, sample in enumerate(samples):
+        sequence = list(sample.prompt_ids) + list(sample.completion_ids)
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        attention[row, : len(sequence)] = 1
+        # target position t predicts token t+1: completion tokens sit at len(prompt)..end
+        response[row, len(sample.prompt_ids) - 1 : len(sequence) - 1] = 1.0
+    return ids, attention, response
+
+
+def token_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor,
+                   temperature: float) -> torch.Tensor:
+    """Log-prob of each next token under the model, at the sampling temperature. [b, L-1]"""
+    logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1, :]  # [batch, tokens-1, vocab]
+    if temperature > 0:
+        logits = logits / temperature
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return torch.gather(logp, 2, ids[:, 1:, None]).squeeze(-1)  # [batch, tokens-1]
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    loss: float
+    grad_norm: float
+    response_tokens: int
+    sequences: int
+    clip_fraction: float
+
+
+def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[TurnSample],
+                settings: LossSettings, *, pad_id: int, micro_batch_size: int, temperature: float,
+                max_grad_norm: float) -> UpdateResult:
+    """One optimizer step over all `samples`, accumulated in micro-batches.
+
+    The loss of each micro-batch is aggregated against the whole batch's token and sequence
+    counts, so the accumulated gradient equals the full batch's (token-mean over the batch).
+    """
+    if not samples:
+        raise ValueError("grpo_update needs at least one sample")
+    total_tokens = sum(len(s.completion_ids) for s in samples)
+    model.train()
+    optimizer.zero_grad(set_to_none=True)
+    loss_total, clipped = 0.0, 0.0
+    for start in range(0, len(samples), micro_batch_size):
+        micro = samples[start : start + micro_batch_size]
+        ids, attention, response = batch_tensors(micro, pad_id)
+        logp = token_logprobs(model, ids, attention, temperature)  # [batch, tokens-1]
+        advantages = torch.tensor([s.advantage for s in micro], dtype=torch.float32)[:, None] * response
+        out = policy_loss(logp, logp.detach(), advantages, response, settings, total_tokens=total_tokens,
+                          total_sequences=len(samples))
+        out.loss.backward()
+        loss_total += out.metrics.loss
+        clipped += out.metrics.clip_fraction * out.metrics.response_tokens
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    model.eval()
+    return UpdateResult(loss_total, grad_norm, total_tokens, len(samples), clipped / max(total_tokens, 1))

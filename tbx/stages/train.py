@@ -1,0 +1,210 @@
+"""stage=train: GRPO on terminal-state rewards over a frozen pool.
+
+    python launch.py stage=train train.pool=outputs/select-…/pool.json grpo=cpu_small
+
+The native trainer (`grpo.trainer=native`) runs here: the local model plays groups of episodes
+drawn from the pool manifest (the sampler replaces zero-variance groups and re-runs error
+episodes), the verdicts become rewards, and one token-mean GRPO update follows each step.
+Checkpoints (weights, optimizer, sampler position, random generators) let a killed run resume
+where it stopped; the trained model is saved as a Hugging Face folder for `stage=eval`. On
+clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/verl_bridge).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tbx.catalog import resolve_tasks
+from tbx.config import Config, TasksConfig
+from tbx.errors import ConfigError
+from tbx.policies.trainable import TrainablePolicy, build_trainable
+from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tbx.rl.grpo import LossSettings, group_advantages
+from tbx.rl.native import TurnSample, grpo_update
+from tbx.rl.sampler import GroupSampler
+from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.sinks import stage_sink
+from tbx.stages.components import build_backend, build_judge, build_user, episode_cost
+from tbx.stages.eval import episode_seed, prepare_all
+from tbx.store import open_store
+
+
+def load_manifest(path: str | None) -> dict[str, Any]:
+    if not path:
+        raise ConfigError("conf/config.yaml", "train.pool", "is empty", "give train.pool=<select run>/pool.json")
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(path, "train.pool", "no such file", "give the pool.json that stage=select wrote")
+    manifest = json.loads(file.read_text())
+    from tbx.stages.select import manifest_hash
+
+    if manifest.get("hash") != manifest_hash(manifest):
+        raise ConfigError(path, "train.pool", "its content does not match its hash (edited by hand?)",
+                          "re-create it with stage=select; the pool is frozen once selected")
+    if not manifest["kept"]:
+        raise ConfigError(path, "train.pool", "keeps no task", "probe more tasks or choose another pool strategy")
+    return manifest
+
+
+def validate_train(cfg: Config, manifest: dict[str, Any]) -> None:
+    g = cfg.grpo
+    if g.trainer != "native":
+        raise ConfigError("conf/grpo", "grpo.trainer", f"is {g.trainer!r}; this stage runs the native trainer",
+                          "use grpo.trainer=native here; the verl path runs through tbx.verl_bridge on a cluster")
+    if g.group_size < 2:
+        raise ConfigError("conf/grpo", "grpo.group_size", f"is {g.group_size}", "GRPO needs groups of at least 2")
+    if g.groups_per_step < 1 or g.steps < 1 or g.micro_batch_size < 1:
+        raise ConfigError("conf/grpo", "grpo.groups_per_step/steps/micro_batch_size", "must be >= 1", "fix them")
+    if cfg.model.kind != "local":
+        raise ConfigError("conf/model", "model.kind", "the native trainer needs a local model", "use kind: local")
+
+
+def pool_tasks(manifest: dict[str, Any]) -> list:
+    settings = manifest["probe_settings"]["tasks"]
+    tasks_cfg = TasksConfig(**{**settings, "limit": None, "families": [], "per_family": None})
+    kept = set(manifest["kept"])
+    tasks = [t for t in resolve_tasks(tasks_cfg) if t.id in kept]
+    missing = kept - {t.id for t in tasks}
+    if missing:
+        raise ConfigError("train.pool", "kept", f"{len(missing)} pool tasks no longer exist, e.g. {sorted(missing)[:3]}",
+                          "re-run probe and select on the current task set")
+    return tasks
+
+
+def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[TurnSample]:  # noqa: ANN001
+    """One sample per assistant turn of every trained episode, with its group-centred advantage."""
+    import torch
+
+    episodes = [(group.task_id, episode) for group in batch.groups for episode in group.episodes]
+    if not episodes:
+        return []
+    rewards = torch.tensor([float(e.reward) for _, e in episodes])
+    group_ids = [index for index, group in enumerate(batch.groups) for _ in group.episodes]
+    advantages = group_advantages(rewards, group_ids, norm_by_std=norm_by_std)
+    samples = []
+    for (_, episode), advantage in zip(episodes, advantages.tolist(), strict=True):
+        for prompt_ids, completion_ids in policy.take_trace(episode.seed):
+            if completion_ids:
+                samples.append(TurnSample(tuple(prompt_ids), tuple(completion_ids), advantage))
+    return samples
+
+
+async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
+    policy, sampler, store, sink = ctx["policy"], ctx["sampler"], ctx["store"], ctx["sink"]
+    user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), ctx["runtimes"], ctx["backend"]
+    settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
+                            loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)
+    scored = ctx["scored"]
+    for step in range(ctx["start"], cfg.grpo.steps):
+        started = time.perf_counter()
+
+        async def play(task_id: str, attempt: int, step: int = step):  # noqa: ANN202
+            seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
+            result = await ctx["run_episode"](runtimes[task_id], backend, policy, user, judge, attempt, seed,
+                                              cfg.eval.max_turns)
+            store.append(_for_store(result, step), episode_cost(cfg, result.usage))
+            if result.reward is None:
+                policy.take_trace(seed)  # an error episode is never trained on
+            return result
+
+        batch = await sampler.sample_step(play)
+        for episode in batch.discarded:
+            policy.take_trace(episode.seed)
+        samples = step_samples(batch, policy, cfg.grpo.norm_adv_by_std)
+        rewards = [e.reward for g in batch.groups for e in g.episodes]
+        for g in batch.groups:
+            scored.extend(e.reward for e in g.episodes)
+        update = None
+        if samples:
+            update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+                grpo_update, policy.model, ctx["optimizer"], samples, settings, pad_id=policy.pad_id,
+                micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
+                max_grad_norm=cfg.grpo.max_grad_norm))
+            policy.weights_changed()
+        metrics = {"train/step": step + 1, "train/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
+                   "train/groups": len(batch.groups), "train/samples": len(samples),
+                   "train/step_seconds": time.perf_counter() - started,
+                   "train/pool_pass_at_1_so_far": float(np.mean(scored)) if scored else 0.0}
+        metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
+        if update is not None:
+            metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
+                        "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction}
+        sink.log(metrics, step=step + 1)
+        ctx["history"].append(metrics)
+        print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
+                       for k, v in metrics.items() if not k.startswith("train/sampler/") or "zero_variance" in k),
+              file=sys.stderr)
+        if (step + 1) % cfg.grpo.save_every == 0 or step + 1 == cfg.grpo.steps:
+            save_checkpoint(ctx["checkpoints"], step + 1, policy.model, ctx["optimizer"],
+                            {"sampler": sampler.state_dict(), "scored": scored, "history": ctx["history"]})
+    for part in (user, judge):
+        if part is not None:
+            await part.aclose()
+
+
+def _for_store(result, step: int):  # noqa: ANN001, ANN202
+    """Training episodes are stored with the step in their attempt number: (step, slot) is unique."""
+    from dataclasses import replace
+
+    return replace(result, attempt=step * 100_000 + result.attempt)
+
+
+def run_train(cfg: Config) -> dict[str, Any]:
+    import torch
+
+    from tbx.episodes import run_episode
+
+    manifest = load_manifest(cfg.train.pool)
+    validate_train(cfg, manifest)
+    tasks = pool_tasks(manifest)
+    run_dir = resolve_run_dir(cfg)
+    save_run_meta(run_dir, cfg)
+    torch.manual_seed(cfg.seed)
+    policy = build_trainable(cfg)
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.grpo.lr,
+                                  weight_decay=cfg.grpo.weight_decay)
+    sampler = GroupSampler([t.id for t in tasks], cfg.grpo.group_size, cfg.grpo.groups_per_step,
+                           np.random.default_rng(cfg.seed), cfg.grpo.max_replacements if cfg.grpo.replace_zero_variance
+                           else 0, cfg.grpo.max_error_reruns)
+    checkpoints = run_dir / "checkpoints"
+    start, scored, history = 0, [], []
+    latest = latest_checkpoint(checkpoints)
+    if latest is not None:
+        start, extra = load_checkpoint(latest, policy.model, optimizer)
+        sampler.load_state_dict(extra["sampler"])
+        scored, history = extra["scored"], extra["history"]
+        policy.weights_changed()
+        print(f"resuming {run_dir} from step {start}", file=sys.stderr)
+    store = open_store(cfg.store.url, run_dir, run_identity(cfg), "train")
+    backend = build_backend(cfg)
+    try:
+        runtimes = prepare_all(tasks, backend)
+        with stage_sink(cfg, run_dir) as sink:
+            ctx = {"policy": policy, "sampler": sampler, "store": store, "sink": sink, "runtimes": runtimes,
+                   "backend": backend, "optimizer": optimizer, "start": start, "scored": scored,
+                   "history": history, "checkpoints": checkpoints, "run_episode": run_episode}
+            asyncio.run(_run_and_close(cfg, ctx, policy))
+    finally:
+        backend.close()
+        store.close()
+    final = policy.save_final(run_dir / "final_model")
+    summary = {"run_dir": str(run_dir), "pool_hash": manifest["hash"], "steps": cfg.grpo.steps, "history": history,
+               "final_model": str(final)}
+    (run_dir / "train.json").write_text(json.dumps(summary, indent=2))
+    print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
+    return summary
+
+
+async def _run_and_close(cfg: Config, ctx: dict[str, Any], policy: TrainablePolicy) -> None:
+    try:
+        await _train(cfg, ctx)
+    finally:
+        await policy.aclose()

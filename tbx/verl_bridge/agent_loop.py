@@ -1,0 +1,110 @@
+"""verl's AgentLoop for tbx: one trajectory = one tbx episode, rewarded by its terminal-state verdict.
+
+Registered as `tbx_episode` with verl's `@register` and, for the worker processes, named in the
+YAML at `actor_rollout_ref.rollout.agent.agent_loop_config_path` (written by
+`tbx.verl_bridge.data.write_bridge_files`; its entry passes `tbx_config_path` and the retry and
+prompt settings to `__init__`). verl makes one loop object per trajectory; the episode world
+(backend, user simulator, judge, prepared tasks) is built once per worker process.
+
+How an episode maps onto verl 0.9.1's `AgentLoopOutput`:
+- `prompt_ids`: the first prompt (system policy, tools, demonstrations, the user's opening);
+  `response_ids`/`response_mask`: every later token, 1 on tokens the policy generated, 0 on tool
+  results, user replies and chat-template boundaries; `response_logprobs`: the rollout's
+  log-probabilities (0.0 on mask-0 tokens), or None when the server returned none.
+- `reward_score`: the verdict, 1.0 or 0.0. verl then skips its reward workers and puts the score
+  on the last response token (`rm_scores`).
+- `extra_fields["reward_extra_info"]`: numbers only — `acc` (the verdict, the metric the V1
+  sampler's zero-variance filter reads), `error_tries`, `context_limit`; verl averages these
+  (strings would break `np.mean` in its validation metrics), so the outcome, cause and task id
+  go to `extra_fields["tbx"]`.
+- Error outcomes (infra_error, user_sim_error, verifier_error) never become a reward: the episode
+  is re-run inside the loop (`max_error_retries`); if every try errors, `run` raises
+  `EpisodeErrored`. verl's V1 worker then marks the prompt group `failure` and writes no
+  trajectory for this session: the group trains on its remaining episodes, and with
+  `trainer.v1.sampler.sync_refill_failed_groups=True` a group left with none is replaced by a
+  fresh task. (Returning `reward_score=None` instead would hand the episode to verl's reward
+  function, which would score it.) Setup errors the same for every episode (prompt too long,
+  a template that rewrites history, a task missing from the task set) raise `ConfigError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from tbx.errors import ConfigError
+from tbx.verl_bridge.episode import TrainingEpisode, run_training_episode, world_for
+from tbx.verl_bridge.overrides import AGENT_LOOP_NAME
+from tbx.verl_bridge.token_agent import PromptRenderer, TokenAgent, TokenLimits
+
+logger = logging.getLogger(__name__)
+
+
+@register(AGENT_LOOP_NAME)
+class TbxEpisodeLoop(AgentLoopBase):
+    """Runs one tbx episode per trajectory through verl's rollout server."""
+
+    def __init__(self, *args: Any, tbx_config_path: str | None = None, max_error_retries: int = 2,
+                 prompt_style: str = "tbx", stop_after_tool_call: bool = True, max_new_tokens: int | None = None,
+                 **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if not tbx_config_path:
+            raise ConfigError("agent loop config", "tbx_config_path", "is not set",
+                              "write the agent loop YAML with tbx.verl_bridge.data.write_bridge_files")
+        self.tbx_config_path, self.max_error_retries = tbx_config_path, max_error_retries
+        self.prompt_style, self.stop_after_tool_call = prompt_style, stop_after_tool_call
+        self.max_new_tokens = max_new_tokens
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        world = world_for(self.tbx_config_path)
+        task_id = (kwargs.get("extra_info") or {}).get("task_id")
+        if not task_id:
+            raise ConfigError("verl dataset row", "extra_info.task_id", "is missing",
+                              "write the rows with tbx.verl_bridge.data.pool_rows")
+        style = self.prompt_style
+        renderer = PromptRenderer(self.tokenizer, style, world.cfg.model.few_shot)  # type: ignore[arg-type]
+        limits = TokenLimits(prompt=int(self.rollout_config.prompt_length),
+                             response=int(self.rollout_config.response_length),
+                             new_tokens=self.max_new_tokens or world.cfg.model.max_new_tokens)
+
+        def make_agent() -> TokenAgent:  # a fresh agent (and sticky request id) per try
+            return TokenAgent(self.server_manager.generate, renderer, limits, uuid.uuid4().hex, sampling_params,
+                              self.stop_after_tool_call)
+
+        uid = str(kwargs.get("uid", f"{kwargs.get('index', 0)}-{uuid.uuid4().hex}"))
+        try:
+            episode = await run_training_episode(world, str(task_id), make_agent, uid=uid,
+                                                 attempt=int(kwargs.get("session_id", 0)),
+                                                 max_error_retries=self.max_error_retries)
+        except Exception:
+            logger.exception("tbx episode of task %s failed; verl marks its group as failed", task_id)
+            raise
+        return episode_output(episode)
+
+
+def episode_output(episode: TrainingEpisode) -> AgentLoopOutput:
+    """The verl record of a finished training episode (success or failure only)."""
+    trace, result = episode.trace, episode.result
+    return AgentLoopOutput(
+        prompt_ids=list(trace.prompt_ids),
+        response_ids=list(trace.response_ids),
+        response_mask=list(trace.response_mask),
+        response_logprobs=None if trace.logprobs is None else list(trace.logprobs),
+        reward_score=episode.reward,
+        num_turns=sum(message.role != "system" for message in result.transcript),
+        metrics=AgentLoopMetrics(generate_sequences=trace.generate_seconds,
+                                 tool_calls=result.timings.get("tools", 0.0),
+                                 compute_score=result.timings.get("grade", 0.0),
+                                 num_preempted=trace.num_preempted),
+        extra_fields={
+            "reward_extra_info": {"acc": episode.reward, "error_tries": float(len(episode.error_tries)),
+                                  "context_limit": float(trace.exhausted)},
+            "tbx": {"task_id": result.task_id, "outcome": result.outcome.value, "cause": result.cause[:500],
+                    "ended_by": episode.ended_by, "seed": result.seed, "counts": dict(result.counts),
+                    "error_outcomes": [r.outcome.value for r in episode.error_tries],
+                    "usage": {role: usage.to_dict() for role, usage in result.usage.items()}},
+        },
+    )

@@ -1,0 +1,118 @@
+"""The native GRPO update on a tiny random llama: it learns a rewarded choice, prompt (tool and
+user) tokens get no gradient, and a checkpoint resumes to the identical next step."""
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tbx.rl.grpo import LossSettings, group_advantages
+from tbx.rl.native import TurnSample, batch_tensors, grpo_update, token_logprobs
+
+VOCAB = 32
+
+
+def tiny_model(seed=0):
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    return LlamaForCausalLM(config).eval()
+
+
+def even_probability(model, prompt):
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt])).logits[0, -1]
+    return float(torch.softmax(logits, -1)[0::2].sum())
+
+
+def test_batch_tensors_mask_only_generated_tokens():
+    # prompt [5, 6, 7] then generated [8, 9]: targets are ids[1:] = [6, 7, 8, 9]; mask on 8 and 9
+    ids, attention, response = batch_tensors([TurnSample((5, 6, 7), (8, 9), 1.0), TurnSample((1,), (2,), 0.0)], 0)
+    assert ids.tolist() == [[5, 6, 7, 8, 9], [1, 2, 0, 0, 0]]
+    assert attention.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    assert response.tolist() == [[0, 0, 1, 1], [1, 0, 0, 0]]
+
+
+def test_prompt_tokens_get_zero_gradient():
+    model = tiny_model()
+    ids, attention, response = batch_tensors([TurnSample((3, 4, 5, 6), (7, 8), 1.0)], 0)
+    logp = token_logprobs(model, ids, attention, 1.0)
+    logp.retain_grad()
+    from tbx.rl.grpo import policy_loss
+
+    policy_loss(logp, logp.detach(), response * 1.0, response).loss.backward()
+    assert torch.all(logp.grad[response == 0] == 0)  # tool/user/prompt positions
+    assert torch.all(logp.grad[response == 1] != 0)  # generated positions
+
+
+def test_a_few_steps_raise_the_probability_of_the_rewarded_choice():
+    model = tiny_model()
+    prompt = (1, 2, 3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
+    generator = torch.Generator().manual_seed(0)
+    before = even_probability(model, prompt)
+    for _ in range(6):
+        with torch.no_grad():
+            probs = torch.softmax(model(input_ids=torch.tensor([prompt])).logits[0, -1], -1)
+        choices = torch.multinomial(probs, 16, replacement=True, generator=generator).tolist()
+        rewards = torch.tensor([1.0 if c % 2 == 0 else 0.0 for c in choices])  # even tokens are rewarded
+        advantages = group_advantages(rewards, [0] * 16)
+        samples = [TurnSample(prompt, (c,), float(a)) for c, a in zip(choices, advantages, strict=True)]
+        grpo_update(model, optimizer, samples, LossSettings(), pad_id=0, micro_batch_size=5, temperature=1.0,
+                    max_grad_norm=1.0)
+    after = even_probability(model, prompt)
+    assert after > before + 0.1, (before, after)
+
+
+def test_micro_batches_accumulate_to_the_full_batch_gradient():
+    samples = [TurnSample((1, 2), (3, 4, 5), 1.0), TurnSample((2,), (6,), -1.0), TurnSample((4, 4, 4), (7, 8), 0.5)]
+    results = []
+    for micro in (3, 1):
+        model = tiny_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        grpo_update(model, optimizer, samples, LossSettings(), pad_id=0, micro_batch_size=micro, temperature=1.0,
+                    max_grad_norm=1e9)
+        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert torch.allclose(results[0], results[1], atol=1e-6)
+
+
+def test_resume_from_checkpoint_gives_the_identical_next_step(tmp_path):
+    samples_a = [TurnSample((1, 2, 3), (4, 5), 1.0), TurnSample((1, 2, 3), (6,), -1.0)]
+    samples_b = [TurnSample((2, 3), (9, 10, 11), 0.7), TurnSample((2, 3), (12,), -0.7)]
+
+    def step(model, optimizer, samples):
+        grpo_update(model, optimizer, samples, LossSettings(), pad_id=0, micro_batch_size=1, temperature=1.0,
+                    max_grad_norm=1.0)
+
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    step(model, optimizer, samples_a)
+    save_checkpoint(tmp_path, 1, model, optimizer, {"sampler": {"position": 3}})
+    torch.rand(5)  # the random stream moves on after the checkpoint
+    step(model, optimizer, samples_b)
+    straight = [p.detach().clone() for p in model.parameters()]
+    straight_rand = torch.rand(3)
+
+    resumed = tiny_model(seed=123)  # different initial weights: everything must come from the checkpoint
+    optimizer2 = torch.optim.AdamW(resumed.parameters(), lr=1e-2)
+    step_number, extra = load_checkpoint(latest_checkpoint(tmp_path), resumed, optimizer2)
+    assert step_number == 1 and extra == {"sampler": {"position": 3}}
+    torch.rand(5)
+    step(resumed, optimizer2, samples_b)
+    assert all(torch.equal(a, b) for a, b in zip(straight, resumed.parameters(), strict=True))
+    assert torch.equal(straight_rand, torch.rand(3))
+
+
+def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one(tmp_path):
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    save_checkpoint(tmp_path, 1, model, optimizer, {})
+    (tmp_path / ".step_00002.partial").mkdir()  # a kill during the next save
+    assert latest_checkpoint(tmp_path).name == "step_00001"
+
+
+def test_empty_update_is_refused():
+    model = tiny_model()
+    with pytest.raises(ValueError, match="at least one sample"):
+        grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), [], LossSettings(), pad_id=0,
+                    micro_batch_size=1, temperature=1.0, max_grad_norm=1.0)

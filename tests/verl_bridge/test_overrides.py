@@ -1,0 +1,184 @@
+"""Config → verl overrides: golden files for the reference recipe, validation, dataset rows.
+
+Runs without verl. The last tests compose the overrides with verl's own Hydra config and run
+verl's own config validation; they skip (visibly) where verl is not installed.
+
+Regenerate the golden files after an intended change: `TBX_UPDATE_GOLDEN=1 pytest tests/verl_bridge`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tbx.config import Config, LoggerConfig, ModelConfig
+from tbx.errors import ConfigError
+from tbx.verl_bridge import VERL_VERSION, GrpoSettings, HardwareSettings, plan_training, verl_overrides
+from tbx.verl_bridge.data import pool_rows, write_bridge_files
+from tbx.verl_bridge.episode import load_config
+
+GOLDEN = Path(__file__).parent / "golden"
+RUN_DIR = "/runs/train-reference"
+
+
+def manifest(finetune: str = "full", kept: int = 100) -> dict:
+    ids = [f"travel/fam{i % 7}/{i}" for i in range(kept)]
+    return {"version": 1, "hash": "0123456789abcdef", "pool": {"name": f"{finetune}_pool", "finetune": finetune},
+            "kept": ids, "tasks": [{"id": t, "domain": "travel", "family": t.split("/")[1], "band": "medium",
+                                    "kept": True} for t in ids]}
+
+
+def reference_config() -> Config:
+    return Config(model=ModelConfig(name="qwen3.8-27b", path="/models/Qwen3.8-27B"))
+
+
+def overrides_for(finetune: str, grpo: GrpoSettings | None = None) -> list[str]:
+    pool = manifest(finetune)
+    return verl_overrides(reference_config(), pool, plan_training(pool, RUN_DIR, "train-reference", grpo))
+
+
+def check_golden(name: str, got: list[str]) -> None:
+    path = GOLDEN / f"{name}.yaml"
+    if os.environ.get("TBX_UPDATE_GOLDEN") == "1":
+        path.write_text(f"# verl {VERL_VERSION} overrides, written by tests/verl_bridge/test_overrides.py\n"
+                        + yaml.safe_dump(got, sort_keys=False))
+    assert got == yaml.safe_load(path.read_text()), f"overrides differ from {path}"
+
+
+def test_reference_full_parameter_recipe_matches_golden():
+    # 3 nodes × 8 H100, 18 groups × 8 episodes, AdamW lr 1e-6, weight decay 0, 50 steps, token-mean.
+    got = overrides_for("full")
+    check_golden("reference_full", got)
+    assert "actor_rollout_ref.rollout.n=8" in got and "data.train_batch_size=18" in got
+    assert not any("lora" in item for item in got)
+
+
+def test_lora_variant_differs_only_in_lora_keys_and_lr():
+    got = overrides_for("lora", GrpoSettings(lr=1e-5))
+    check_golden("reference_lora", got)
+    full = set(overrides_for("full"))
+    assert set(got) - full == {"actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
+                               "actor_rollout_ref.model.target_modules=all-linear",
+                               "actor_rollout_ref.rollout.load_format=safetensors",
+                               "actor_rollout_ref.actor.optim.lr=1e-05"}
+    assert full - set(got) == {"actor_rollout_ref.actor.optim.lr=1e-06"}
+
+
+def test_plan_derives_the_reference_sizes():
+    plan = plan_training(manifest(kept=187), RUN_DIR, "x")
+    # 18 × 8 = 144 episodes on 3 × 8 = 24 GPUs: 6 per GPU; 187 // 18 = 10 steps per epoch
+    assert (plan.episodes_per_step, plan.world_size, plan.episodes_per_gpu) == (144, 24, 6)
+    assert (plan.rollout_replicas, plan.steps_per_epoch, plan.total_epochs) == (6, 10, 6)
+    assert plan.paths.train_file == f"{RUN_DIR}/verl/train.jsonl" and plan.finetune == "full"
+
+
+@pytest.mark.parametrize(("change", "field", "fix"), [
+    ({"grpo": GrpoSettings(groups_per_step=17)}, "groups_per_step", "multiple of 3"),  # 136 % 24 != 0
+    ({"hardware": HardwareSettings(tensor_parallel_size=3)}, "tensor_parallel_size", "[1, 2, 4, 8]"),
+    ({"grpo": GrpoSettings(group_size=1)}, "group_size", "at least 2"),
+    ({"grpo": GrpoSettings(loss_agg_mode="mean")}, "loss_agg_mode", "token-mean"),
+    ({"grpo": GrpoSettings(clip_ratio=1.5)}, "clip_ratio", "(0, 1)"),
+    ({"grpo": GrpoSettings(lr=0.0)}, "lr", "positive"),
+    ({"hardware": HardwareSettings(nodes=0)}, "nodes", ">= 1"),
+])
+def test_invalid_settings_name_the_field_and_the_fix(change, field, fix):
+    with pytest.raises(ConfigError) as caught:
+        plan_training(manifest(), RUN_DIR, "x", **change)
+    assert caught.value.field == field and fix in caught.value.fix, str(caught.value)
+
+
+def test_hardware_comes_from_the_hardware_group_and_the_model():
+    cfg = reference_config()
+    cfg.hardware.nodes, cfg.hardware.gpus_per_node, cfg.model.tensor_parallel_size = 3, 8, 2
+    assert HardwareSettings.from_config(cfg) == HardwareSettings(nodes=3, gpus_per_node=8, tensor_parallel_size=2)
+    cfg.hardware.gpus_per_node = 0  # the CPU default: refused for training, with the field named
+    with pytest.raises(ConfigError, match="gpus_per_node"):
+        plan_training(manifest(), RUN_DIR, "x", hardware=HardwareSettings.from_config(cfg))
+
+
+def test_pool_checks():
+    with pytest.raises(ConfigError, match="at most 10 groups"):
+        plan_training(manifest(kept=10), RUN_DIR, "x")
+    with pytest.raises(ConfigError, match="lora_rank"):
+        plan_training(manifest("lora"), RUN_DIR, "x", GrpoSettings(lora_rank=0))
+    with pytest.raises(ConfigError, match="pool.finetune"):
+        plan_training(manifest("qlora"), RUN_DIR, "x")
+    with pytest.raises(ConfigError, match="kept"):
+        plan_training({"pool": {}, "tasks": []}, RUN_DIR, "x")
+    smaller = plan_training(manifest(kept=30), RUN_DIR, "x", GrpoSettings(groups_per_step=6),
+                            HardwareSettings(nodes=1, gpus_per_node=8, tensor_parallel_size=2))
+    assert (smaller.episodes_per_gpu, smaller.steps_per_epoch, smaller.total_epochs) == (6, 5, 11)
+
+
+def test_overrides_follow_the_settings():
+    pool = manifest()
+    cfg = reference_config()
+    cfg.logger = LoggerConfig(kind="none", project="p")
+    plan = plan_training(pool, "/runs/with space/it's", "e", GrpoSettings(kl_coef=0.01, norm_adv_by_std=False))
+    got = dict(item.split("=", 1) for item in verl_overrides(cfg, pool, plan))
+    assert got["actor_rollout_ref.actor.use_kl_loss"] == "True" and got["actor_rollout_ref.actor.kl_loss_coef"] == "0.01"
+    assert got["algorithm.norm_adv_by_std_in_grpo"] == "False" and got["trainer.logger"] == "[console]"
+    assert got["data.train_files"] == r"'/runs/with space/it\'s/verl/train.jsonl'"  # quoted for Hydra
+    cfg.model.path = None
+    with pytest.raises(ConfigError, match="model.path"):
+        verl_overrides(cfg, pool, plan)
+
+
+def test_pool_rows_and_bridge_files(tmp_path):
+    pool = manifest(kept=3)
+    rows = pool_rows(pool)
+    assert [r["extra_info"]["task_id"] for r in rows] == sorted(pool["kept"])
+    assert rows[0] == {"data_source": "travel", "prompt": rows[0]["prompt"], "agent_name": "tbx_episode",
+                       "reward_model": {"style": "rule", "ground_truth": rows[0]["extra_info"]["task_id"]},
+                       "extra_info": rows[0]["extra_info"]} | {"data_source": "tbx/travel"}
+    assert rows[2]["extra_info"] | {} == {"index": 2, "task_id": "travel/fam2/2", "domain": "travel",
+                                          "family": "fam2", "band": "medium", "pool_hash": "0123456789abcdef"}
+    cfg = reference_config()
+    plan = plan_training(manifest(kept=40), str(tmp_path), "e")
+    write_bridge_files(cfg, manifest(kept=40), plan)
+    lines = Path(plan.paths.train_file).read_text().splitlines()
+    assert len(lines) == 40 and json.loads(lines[0])["agent_name"] == "tbx_episode"
+    entries = yaml.safe_load(Path(plan.paths.agent_loop_config).read_text())
+    assert entries == [{"name": "tbx_episode", "_target_": "tbx.verl_bridge.agent_loop.TbxEpisodeLoop",
+                        "tbx_config_path": plan.paths.tbx_config, "max_error_retries": 2, "prompt_style": "tbx",
+                        "stop_after_tool_call": True}]
+    loaded = load_config(plan.paths.tbx_config)  # the workers rebuild the same typed config
+    assert (loaded.model.path, loaded.tasks, loaded.user, loaded.pool) == (cfg.model.path, cfg.tasks, cfg.user, cfg.pool)
+    assert "${" not in loaded.backend.workdir + loaded.model.cache_dir  # interpolations resolved on load
+    assert json.loads(Path(plan.paths.manifest).read_text())["hash"] == "0123456789abcdef"
+
+
+def _compose_with_verl(overrides: list[str]):
+    verl = pytest.importorskip("verl", reason="verl is not installed (pip install -e '.[verl]' in a separate venv)")
+    from hydra import compose, initialize_config_dir
+
+    assert verl.__version__ == VERL_VERSION
+    config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=overrides)
+
+
+@pytest.mark.slow
+def test_overrides_compose_with_verls_config_and_pass_its_validation():
+    composed = _compose_with_verl(overrides_for("full"))  # an unknown key would fail here
+    from verl.trainer.main_ppo import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    assert not need_reference_policy(composed) and not need_critic(composed)  # GRPO, kl 0: actor only
+    validate_config(composed, use_reference_policy=False, use_critic=False)
+    assert composed.actor_rollout_ref.rollout.prompt_length == 4096  # follows data.max_prompt_length
+    assert composed.algorithm.filter_groups.metric == "acc" and composed.trainer.v1.sampler.sync_refill_failed_groups
+
+    lora = _compose_with_verl(overrides_for("lora"))
+    assert lora.actor_rollout_ref.model.lora_rank == 16 and lora.actor_rollout_ref.rollout.load_format == "safetensors"
+    lora.actor_rollout_ref.rollout.name = "sglang"  # verl's vLLM LoRA-rank check imports vllm (GPU only)
+    validate_config(lora, use_reference_policy=need_reference_policy(lora), use_critic=False)
+
+    pool = manifest()
+    quoted = plan_training(pool, "/runs/with space/it's", "e")
+    composed = _compose_with_verl(verl_overrides(reference_config(), pool, quoted))
+    assert composed.data.train_files == "/runs/with space/it's/verl/train.jsonl"
