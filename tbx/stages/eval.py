@@ -61,7 +61,7 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
     policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
     bar = tqdm(total=len(pending), desc=f"{label} {cfg.policy.name}", unit="ep", file=sys.stderr,
-               disable=None, dynamic_ncols=True)
+               disable=False, mininterval=2.0, dynamic_ncols=True)
 
     async def attempt(task_id: str, index: int) -> None:
         async with gate:
@@ -99,7 +99,7 @@ def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str
 
 def prepare_all(tasks: list, backend) -> dict[str, TaskRuntime]:  # noqa: ANN001
     return {t.id: prepare_task(t, backend) for t in tqdm(tasks, desc="prepare", unit="task", file=sys.stderr,
-                                                          disable=None)}
+                                                          disable=False, mininterval=2.0)}
 
 
 def run_eval(cfg: Config) -> dict[str, Any]:

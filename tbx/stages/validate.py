@@ -104,7 +104,7 @@ def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
 async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict]) -> None:
     judge = build_judge(cfg)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
-    bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=None)
+    bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=False, mininterval=2.0)
 
     async def one(task) -> None:  # noqa: ANN001
         async with gate:
