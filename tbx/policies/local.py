@@ -28,6 +28,10 @@ from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.prompting import Demonstration, build_chat, demonstrations_for, encode_prompt, render_prompt
 
 
+def _prefix_key(request: GenerationRequest) -> tuple[int, ...]:
+    return request.prompt_ids[: request.prefix_len]
+
+
 class BatchScheduler:
     """Collects requests from concurrent coroutines and runs them as batches in one thread.
 
@@ -46,20 +50,29 @@ class BatchScheduler:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._running: list[asyncio.Future] = []  # futures of the batch decoding now
         self.batches: list[int] = []  # size of each batch run, for benchmarks and tests
+        self._deferred: list[tuple[GenerationRequest, asyncio.Future]] = []  # other prefixes, waiting
 
     async def submit(self, request: GenerationRequest) -> Generation:
         if self._closing.is_set():
             raise InfraError("the local model's scheduler is closed")
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done() or self._loop is not loop:
-            self._loop, self._queue = loop, asyncio.Queue()
+            self._loop, self._queue, self._deferred = loop, asyncio.Queue(), []
             self._worker = loop.create_task(self._serve())
         future: asyncio.Future[Generation] = loop.create_future()
         self._queue.put_nowait((request, future))
         return await future
 
     async def _gather(self) -> list[tuple[GenerationRequest, asyncio.Future]]:
-        batch = [await self._queue.get()]
+        """The next batch: requests that share the first one's cached prefix (same domain and
+        tools), so the batch reuses one prefix cache instead of encoding every long prompt;
+        requests with another prefix wait for a later batch, in arrival order."""
+        first = self._deferred.pop(0) if self._deferred else await self._queue.get()
+        key = _prefix_key(first[0])
+        batch, kept = [first], []
+        for item in self._deferred:
+            (batch if _prefix_key(item[0]) == key and len(batch) < self.batch_size else kept).append(item)
+        self._deferred = kept
         deadline = time.monotonic() + self.gather_s
         while len(batch) < self.batch_size:
             if self._queue.empty():
@@ -68,7 +81,8 @@ class BatchScheduler:
                     break
                 await asyncio.sleep(min(remaining, 0.005))
                 continue
-            batch.append(self._queue.get_nowait())
+            item = self._queue.get_nowait()
+            (batch if _prefix_key(item[0]) == key else self._deferred).append(item)
         return [(request, future) for request, future in batch if not future.done()]
 
     async def _serve(self) -> None:

@@ -122,6 +122,29 @@ def test_scheduler_batches_concurrent_requests_and_routes_results():
     assert sum(sizes) == 10 and max(sizes) == 4 and len(sizes) == 3  # 4 + 4 + 2
 
 
+def test_scheduler_batches_only_requests_that_share_a_cached_prefix():
+    # two domains' prompts (prefixes (1, 2) and (3, 4)) arrive interleaved: each batch holds one
+    # prefix, so it reuses one prefix cache; nobody waits forever and every result is routed back
+    prefixes: list[set] = []
+
+    def run(requests, should_stop):
+        prefixes.append({r.prompt_ids[:r.prefix_len] for r in requests})
+        return [Generation((r.seed,), f"seed {r.seed}", len(r.prompt_ids)) for r in requests]
+
+    scheduler = BatchScheduler(run, batch_size=4)
+
+    async def main():
+        requests = [GenerationRequest((1, 2, 9) if seed % 2 == 0 else (3, 4, 9), 8, seed, prefix_len=2)
+                    for seed in range(10)]
+        results = await asyncio.gather(*(scheduler.submit(r) for r in requests))
+        await scheduler.aclose()
+        return results
+
+    results = asyncio.run(main())
+    assert [r.text for r in results] == [f"seed {seed}" for seed in range(10)]
+    assert all(len(batch) == 1 for batch in prefixes) and len(prefixes) >= 3
+
+
 def test_scheduler_failure_is_infra_error_and_close_is_final():
     scheduler = BatchScheduler(echo_batch([], fail=True), batch_size=2)
     with pytest.raises(InfraError, match="out of memory"):
