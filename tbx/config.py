@@ -160,6 +160,14 @@ class GrpoConfig:
 
 
 @dataclass
+class PipelineConfig:
+    eval_tasks: TasksConfig = field(default_factory=lambda: TasksConfig(
+        name="sample", domains=["travel", "retail", "auto_insurance", "neobank", "consulting"], split="bench",
+        per_family=1))  # benchmark tasks the base and trained models are evaluated on
+    eval_attempts: int = 2
+
+
+@dataclass
 class TrainConfig:
     pool: str | None = None  # the pool manifest (pool.json from stage=select)
 
@@ -245,6 +253,7 @@ class Config:
     select: SelectConfig = field(default_factory=SelectConfig)
     grpo: GrpoConfig = field(default_factory=GrpoConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     hardware: HardwareConfig = field(default_factory=HardwareConfig)

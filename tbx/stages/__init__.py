@@ -8,4 +8,5 @@ STAGES = {
     "select": "tbx.stages.select:run_select",
     "report": "tbx.stages.report:run_report",
     "train": "tbx.stages.train:run_train",
+    "pipeline": "tbx.stages.pipeline:run_pipeline",
 }
