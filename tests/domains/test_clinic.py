@@ -257,7 +257,7 @@ def test_prescriptions_insurance_and_cases(backend, runtime):
         ("check_eligibility", {"plan_name": plans[roster[1]["plan_id"]], "member_id": roster[1]["member_id"]}),
         ("update_insurance", {"patient_id": who["id"], "plan_id": roster[0]["plan_id"],
                               "member_id": roster[0]["member_id"].lower()}),
-        ("open_case", {"patient_id": who["id"], "category": "gossip", "summary": "x"})])
+        ("open_front_desk_case", {"patient_id": who["id"], "category": "gossip", "summary": "x"})])
     assert json.loads(results[0].text)["eligible"] is True and json.loads(results[1].text)["eligible"] is False
     assert results[3].is_error and "category must be one of" in results[3].text
     assert row(final, "patients", who["id"])["insurance_member_id"] == roster[0]["member_id"]

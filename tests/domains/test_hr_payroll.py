@@ -205,7 +205,7 @@ def test_lookups_and_writes_fail_clearly_for_unknown_records(backend, runtime):
     results, _ = play(backend, rt, [("get_employee", {"employee_id": 99}),
                                     ("cancel_leave_request", {"request_id": 2999}),
                                     ("withdraw_expense_claim", {"claim_id": 699}),
-                                    ("approve_expense", {"claim_id": 699, "payroll_run_id": 1})])
+                                    ("approve_expense_claim", {"claim_id": 699, "payroll_run_id": 1})])
     assert [r.is_error for r in results] == [True] * 4
     assert "employee 99 not found" in results[0].text and "leave request 2999 not found" in results[1].text
     assert "expense claim 699 not found" in results[2].text
@@ -260,9 +260,9 @@ def test_salary_expense_and_benefit_writes(backend, runtime):
     claim = next(c for c in data["seed"]["rows"]["expense_claims"] if c["status"] == "submitted")
     who = seed_row(data, "employees")
     results, final = play(backend, rt, [
-        ("approve_expense", {"claim_id": claim["id"], "payroll_run_id": locked["id"]}),
-        ("approve_expense", {"claim_id": claim["id"], "payroll_run_id": run["id"]}),
-        ("reject_expense", {"claim_id": claim["id"], "reason": "x"}),
+        ("approve_expense_claim", {"claim_id": claim["id"], "payroll_run_id": locked["id"]}),
+        ("approve_expense_claim", {"claim_id": claim["id"], "payroll_run_id": run["id"]}),
+        ("reject_expense_claim", {"claim_id": claim["id"], "reason": "x"}),
         ("change_salary", {"employee_id": who["id"], "new_salary": who["annual_salary"], "reason": "x"}),
         ("request_salary_approval", {"employee_id": who["id"], "new_salary": 99000.5, "approver_id": 1,
                                      "reason": "x"}),

@@ -9,7 +9,7 @@ DOMAIN = build_domain(
     split="train",
     volatile=("audit_log", "appointments.updated_at", "patients.updated_at", "prescriptions.updated_at"),
     distractors=(
-        {"tool": "open_case", "arguments": {"patient_id": 21, "category": "billing_question",
+        {"tool": "open_front_desk_case", "arguments": {"patient_id": 21, "category": "billing_question",
                                             "summary": "Asked for an itemised invoice."}},
         {"tool": "request_renewal", "arguments": {"prescription_id": 12}},
     ),

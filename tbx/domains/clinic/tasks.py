@@ -289,7 +289,7 @@ def _identity_fails_hard(rng: random.Random, index: int) -> Built:
         f"You want {want.replace('my ', 'the ')}. You give the date of birth you hold when asked.",
         f"Hello, I need {want}.", {"patients": [who], "prescriptions": [script]},
         [_ask(), _call("verify_patient", patient_id=who["id"], date_of_birth=wrong),
-         _call("open_case", patient_id=who["id"], category="identity_verification_failed",
+         _call("open_front_desk_case", patient_id=who["id"], category="identity_verification_failed",
                summary="Caller could not be verified."),
          {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "
                  "I have logged this for the clinic staff."}],

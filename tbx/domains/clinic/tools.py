@@ -314,7 +314,7 @@ def update_insurance(db, patient_id: int, plan_id: int, member_id: str) -> dict:
 
 
 @tool("write", free_args=("summary",))
-def open_case(db, patient_id: int, category: str, summary: str) -> dict:
+def open_front_desk_case(db, patient_id: int, category: str, summary: str) -> dict:
     """Open a front-desk case for the clinic staff to follow up.
 
     Args:
@@ -328,5 +328,5 @@ def open_case(db, patient_id: int, category: str, summary: str) -> dict:
     _row(db, patients, patient_id, "patient")
     new_id = db.execute(insert(cases).values(patient_id=patient_id, category=category, status="open",
                                              summary=summary)).inserted_primary_key[0]
-    _log(db, f"open_case case={new_id}")
+    _log(db, f"open_front_desk_case case={new_id}")
     return {"case_id": new_id, "status": "open"}

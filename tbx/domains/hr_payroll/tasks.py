@@ -231,10 +231,10 @@ def _process_expenses_hard(rng: random.Random, index: int) -> Built:
     expected = []
     for claim in claims[:3]:
         if claim["amount"] > 75 and not claim["has_receipt"]:
-            steps.append(_call("reject_expense", claim_id=claim["id"], reason="Missing receipt for a claim over $75."))
+            steps.append(_call("reject_expense_claim", claim_id=claim["id"], reason="Missing receipt for a claim over $75."))
             values = {"status": "rejected"}
         else:
-            steps.append(_call("approve_expense", claim_id=claim["id"], payroll_run_id=run["id"]))
+            steps.append(_call("approve_expense_claim", claim_id=claim["id"], payroll_run_id=run["id"]))
             values = {"status": "approved", "payroll_run_id": run["id"]}
         expected.append({"op": "update", "table": "expense_claims", "key": {"id": claim["id"]}, "values": values})
     steps.append({"say": "I reviewed your three submitted claims: the ones with a receipt or of $75 or less are "

@@ -237,7 +237,7 @@ def request_salary_approval(db, employee_id: int, new_salary: float, approver_id
 
 
 @tool("write")
-def approve_expense(db, claim_id: int, payroll_run_id: int) -> dict:
+def approve_expense_claim(db, claim_id: int, payroll_run_id: int) -> dict:
     """Approve a submitted expense claim for reimbursement in an open payroll run.
 
     Args:
@@ -252,12 +252,12 @@ def approve_expense(db, claim_id: int, payroll_run_id: int) -> dict:
         raise ToolFailure(f"payroll run {payroll_run_id} is {run['status']}; use an open run")
     db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
         status="approved", payroll_run_id=payroll_run_id, updated_at=MODIFIED))
-    _log(db, f"approve_expense claim={claim_id} run={payroll_run_id}")
+    _log(db, f"approve_expense_claim claim={claim_id} run={payroll_run_id}")
     return {"claim_id": claim_id, "status": "approved", "paid_on": run["pay_date"]}
 
 
 @tool("write", free_args=("reason",))
-def reject_expense(db, claim_id: int, reason: str) -> dict:
+def reject_expense_claim(db, claim_id: int, reason: str) -> dict:
     """Reject a submitted expense claim.
 
     Args:
@@ -269,7 +269,7 @@ def reject_expense(db, claim_id: int, reason: str) -> dict:
         raise ToolFailure(f"expense claim {claim_id} is {claim['status']}, not submitted")
     db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
         status="rejected", note=reason, updated_at=MODIFIED))
-    _log(db, f"reject_expense claim={claim_id}")
+    _log(db, f"reject_expense_claim claim={claim_id}")
     return {"claim_id": claim_id, "status": "rejected"}
 
 
