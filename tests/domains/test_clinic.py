@@ -3,8 +3,10 @@ tasks the scripted user can play, tools that fail clearly, and checks that pass 
 and fail the do-nothing agent, single faults and the policy's tempting shortcuts."""
 
 import asyncio
+import inspect
 import json
 from collections import Counter
+from typing import get_args
 
 import pytest
 
@@ -102,9 +104,19 @@ def test_easy_tasks_are_one_obvious_write_with_every_fact_in_the_opening():
         calls = [s for s in data["reference"] if "tool" in s]
         assert len(calls) == 1 and TOOLS[calls[0]["tool"]].kind == "write", data["id"]
         assert data["user"]["private_facts"] == {} and data["turn_limit"] <= 10
+        # a short tool list led by the two easy writes (the ones few-shot examples show), ending with
+        # the first distractor's tool so the extra-write mutation can be played in an episode
+        assert len(data["tools"]) <= 4 and list(data["tools"][:2]) == list(CLINIC.tool_names[:2])
+        assert calls[0]["tool"] in data["tools"] and CLINIC.distractors[0]["tool"] in data["tools"]
         opening = data["user"]["opening_message"]
         assert calls[0]["tool"].split("_")[0] in opening.lower()  # "cancel ...", "check in ..."
         assert all(str(v) in opening for v in calls[0]["arguments"].values()), data["id"]
+
+
+def test_only_easy_tasks_restrict_tools_and_closed_choices_are_enums():
+    assert all(("tools" in t) == t["family"].endswith("_easy") for t in TASKS)
+    hint = inspect.signature(TOOLS["add_charge"].fn).parameters["kind"].annotation
+    assert get_args(hint) == ("late_cancel_fee", "no_show_fee")  # the agent's schema lists them as an enum
 
 
 def test_references_fit_the_scripted_user():

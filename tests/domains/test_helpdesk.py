@@ -4,9 +4,11 @@ fail the do-nothing agent and single faults."""
 
 import asyncio
 import datetime as dt
+import inspect
 import json
 import re
 from collections import Counter
+from typing import get_args
 
 import pytest
 
@@ -104,11 +106,21 @@ def test_easy_tasks_are_one_obvious_write_with_every_fact_in_the_opening():
         calls = [s for s in data["reference"] if "tool" in s]
         assert len(calls) == 1 and TOOLS[calls[0]["tool"]].kind == "write", data["id"]
         assert data["user"]["private_facts"] == {} and data["turn_limit"] <= 10
+        # a short tool list led by the two easy writes (the ones few-shot examples show), ending with
+        # the first distractor's tool so the extra-write mutation can be played in an episode
+        assert len(data["tools"]) <= 4 and list(data["tools"][:2]) == list(HELPDESK.tool_names[:2])
+        assert calls[0]["tool"] in data["tools"] and HELPDESK.distractors[0]["tool"] in data["tools"]
         opening = data["user"]["opening_message"]
         assert calls[0]["tool"].split("_")[0] in opening.lower()  # "set ... priority", "close ..."
         for value in calls[0]["arguments"].values():
             assert str(value) in opening, (data["id"], value)
         assert "verify" not in json.dumps(data["reference"])
+
+
+def test_only_easy_tasks_restrict_tools_and_closed_choices_are_enums():
+    assert all(("tools" in t) == t["family"].endswith("_easy") for t in TASKS)
+    hint = inspect.signature(TOOLS["close_ticket"].fn).parameters["resolution"].annotation
+    assert get_args(hint) == ("resolved", "duplicate", "wont_fix")  # the agent's schema lists them as an enum
 
 
 def test_references_fit_the_scripted_user():

@@ -3,9 +3,11 @@ solve, tasks the scripted user can play, tools that fail clearly, and checks tha
 reference and fail the do-nothing agent, single faults and the policy's tempting shortcuts."""
 
 import asyncio
+import inspect
 import json
 import re
 from collections import Counter
+from typing import get_args
 
 import pytest
 
@@ -103,9 +105,19 @@ def test_easy_tasks_are_one_obvious_write_with_every_fact_in_the_opening():
         calls = [s for s in data["reference"] if "tool" in s]
         assert len(calls) == 1 and TOOLS[calls[0]["tool"]].kind == "write", data["id"]
         assert data["user"]["private_facts"] == {} and data["turn_limit"] <= 10
+        # a short tool list led by the two easy writes (the ones few-shot examples show), ending with
+        # the first distractor's tool so the extra-write mutation can be played in an episode
+        assert len(data["tools"]) <= 4 and list(data["tools"][:2]) == list(HR.tool_names[:2])
+        assert calls[0]["tool"] in data["tools"] and HR.distractors[0]["tool"] in data["tools"]
         opening = data["user"]["opening_message"]
         assert calls[0]["tool"].split("_")[0] in opening.lower()  # "cancel ...", "withdraw ..."
         assert all(str(v) in opening for v in calls[0]["arguments"].values()), data["id"]
+
+
+def test_only_easy_tasks_restrict_tools_and_closed_choices_are_enums():
+    assert all(("tools" in t) == t["family"].endswith("_easy") for t in TASKS)
+    hint = inspect.signature(TOOLS["request_leave"].fn).parameters["leave_type"].annotation
+    assert get_args(hint) == ("vacation", "sick", "unpaid")  # the agent's schema lists them as an enum
 
 
 def test_references_fit_the_scripted_user():
@@ -203,7 +215,7 @@ def test_working_days_count_monday_to_friday():
 def test_lookups_and_writes_fail_clearly_for_unknown_records(backend, runtime):
     rt = runtime(task("withdraw_expense_easy", 0))
     results, _ = play(backend, rt, [("get_employee", {"employee_id": 99}),
-                                    ("cancel_leave_request", {"request_id": 2999}),
+                                    ("cancel_leave_request", {"leave_request_id": 2999}),
                                     ("withdraw_expense_claim", {"claim_id": 699}),
                                     ("approve_expense_claim", {"claim_id": 699, "payroll_run_id": 1})])
     assert [r.is_error for r in results] == [True] * 4
@@ -227,9 +239,12 @@ def test_cancelling_approved_leave_returns_the_days_once(backend, runtime):
     assert request["status"] == "approved"
     balance = next(b for b in data["seed"]["rows"]["leave_balances"] if b["leave_type"] == request["leave_type"])
     rt = runtime(data)
-    results, final = play(backend, rt, [("cancel_leave_request", {"request_id": request["id"]}),
-                                        ("cancel_leave_request", {"request_id": request["id"]})])
+    results, final = play(backend, rt, [("cancel_leave_request", {"leave_request_id": request["id"]}),
+                                        ("cancel_leave_request", {"leave_request_id": request["id"]}),
+                                        ("get_leave_request", {"leave_request_id": request["id"]}),
+                                        ("get_leave_request", {"leave_request_id": 2999})])
     assert not results[0].is_error and "cancelled and cannot be cancelled" in results[1].text
+    assert json.loads(results[2].text)["status"] == "cancelled" and "2999 not found" in results[3].text
     assert row(final, "leave_balances", balance["id"])["days_remaining"] == str(balance["days_remaining"]
                                                                                 + request["days"])
 
@@ -247,7 +262,7 @@ def test_request_leave_counts_days_and_refuses_bad_dates(backend, runtime):
                            "end_date": "2026-07-02"}),
         ("request_leave", {"employee_id": who["id"], "leave_type": "vacation", "start_date": TODAY.isoformat(),
                            "end_date": "2026-05-12"})])
-    assert json.loads(results[0].text) | {"request_id": 0} == {"request_id": 0, "days": 5, "status": "pending",
+    assert json.loads(results[0].text) | {"leave_request_id": 0} == {"leave_request_id": 0, "days": 5, "status": "pending",
                                                                "approver_id": who["manager_id"]}
     assert "leave_type must be one of" in results[1].text and "not a date" in results[2].text
     assert "start after today" in results[3].text

@@ -32,6 +32,10 @@ from tbx.domains.clinic.seed import (
 )
 
 EASY_INSTANCES, INSTANCES = 10, 8
+# Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
+# policy. The two easy writes come first in tools.py, so few-shot examples show them; the last tool
+# is the first distractor's, so the extra-write mutation can be played in an episode.
+EASY_TOOLS = ["cancel_appointment", "check_in_appointment", "get_appointment", "open_front_desk_case"]
 KEYWORDS = {
     "patient_id": ["patient number", "patient id"],
     "date_of_birth": ["date of birth", "birth date", "birthday"],
@@ -329,5 +333,6 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                 "reference": built["reference"],
                 "checks": {"expected": built["expected"]},
                 "turn_limit": 10 if easy else 30,
+                **({"tools": list(EASY_TOOLS)} if easy else {}),
             })
     return tasks

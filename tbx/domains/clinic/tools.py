@@ -9,6 +9,7 @@ them, which a task then checks.
 
 import datetime as dt
 from decimal import Decimal, InvalidOperation
+from typing import Literal, get_args
 
 from sqlalchemy import func, insert, select, update
 
@@ -29,8 +30,13 @@ from tbx.domains.clinic.schema import (
 from tbx.domains.clinic.seed import SPECIALTIES, TODAY
 from tbx.tools import ToolFailure, tool
 
-FEE_KINDS = ("late_cancel_fee", "no_show_fee")
-CASE_CATEGORIES = ("identity_verification_failed", "billing_question", "other")
+# Closed choices are Literal types, so the schema the agent sees lists them as an enum.
+FeeKind = Literal["late_cancel_fee", "no_show_fee"]
+CaseCategory = Literal["identity_verification_failed", "billing_question", "other"]
+Specialty = Literal["cardiology", "dermatology", "orthopedics", "neurology"]
+AnySpecialty = Literal["general", "cardiology", "dermatology", "orthopedics", "neurology"]
+FEE_KINDS, CASE_CATEGORIES = get_args(FeeKind), get_args(CaseCategory)
+assert get_args(Specialty) == SPECIALTIES
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
 
 
@@ -58,6 +64,35 @@ def _set_appointment(db, appointment_id: int, status: str) -> None:
 
 def _log(db, event: str) -> None:
     db.execute(insert(audit_log).values(event=event))
+
+
+# The desk's two most common actions come first: a model's few-shot examples show the
+# first tools of the list (tbx.policies.prompting.demonstrations_for).
+@tool("write")
+def cancel_appointment(db, appointment_id: int) -> dict:
+    """Cancel a booked appointment; its slot becomes open again. Fees are not charged here.
+
+    Args:
+        appointment_id: The appointment number.
+    """
+    found = _appointment(db, appointment_id, "booked")
+    _set_appointment(db, appointment_id, "cancelled")
+    db.execute(update(slots).where(slots.c.id == found["slot_id"]).values(status="open"))
+    return {"appointment_id": appointment_id, "status": "cancelled", "date": found["date"]}
+
+
+@tool("write")
+def check_in_appointment(db, appointment_id: int) -> dict:
+    """Check a patient in for a booked appointment that takes place today.
+
+    Args:
+        appointment_id: The appointment number.
+    """
+    found = _appointment(db, appointment_id, "booked")
+    if found["date"] != TODAY.isoformat():
+        raise ToolFailure(f"appointment {appointment_id} is on {found['date']}, not today")
+    _set_appointment(db, appointment_id, "checked_in")
+    return {"appointment_id": appointment_id, "status": "checked_in"}
 
 
 @tool("read")
@@ -109,7 +144,7 @@ def get_appointment(db, appointment_id: int) -> dict:
 
 
 @tool("read")
-def find_slots(db, specialty: str, date: str) -> list[dict]:
+def find_slots(db, specialty: AnySpecialty, date: str) -> list[dict]:
     """List the open appointment slots of a specialty on a day, with practitioner and start time.
 
     Args:
@@ -148,33 +183,6 @@ def check_eligibility(db, plan_name: str, member_id: str) -> dict:
 
 
 @tool("write")
-def cancel_appointment(db, appointment_id: int) -> dict:
-    """Cancel a booked appointment; its slot becomes open again. Fees are not charged here.
-
-    Args:
-        appointment_id: The appointment number.
-    """
-    found = _appointment(db, appointment_id, "booked")
-    _set_appointment(db, appointment_id, "cancelled")
-    db.execute(update(slots).where(slots.c.id == found["slot_id"]).values(status="open"))
-    return {"appointment_id": appointment_id, "status": "cancelled", "date": found["date"]}
-
-
-@tool("write")
-def check_in_appointment(db, appointment_id: int) -> dict:
-    """Check a patient in for a booked appointment that takes place today.
-
-    Args:
-        appointment_id: The appointment number.
-    """
-    found = _appointment(db, appointment_id, "booked")
-    if found["date"] != TODAY.isoformat():
-        raise ToolFailure(f"appointment {appointment_id} is on {found['date']}, not today")
-    _set_appointment(db, appointment_id, "checked_in")
-    return {"appointment_id": appointment_id, "status": "checked_in"}
-
-
-@tool("write")
 def mark_no_show(db, appointment_id: int) -> dict:
     """Record that the patient did not come to a booked appointment of today or earlier.
 
@@ -189,7 +197,7 @@ def mark_no_show(db, appointment_id: int) -> dict:
 
 
 @tool("write")
-def add_charge(db, patient_id: int, appointment_id: int, kind: str, amount: float) -> dict:
+def add_charge(db, patient_id: int, appointment_id: int, kind: FeeKind, amount: float) -> dict:
     """Bill a fee to a patient for an appointment.
 
     Args:
@@ -243,7 +251,7 @@ def book_appointment(db, patient_id: int, slot_id: int, referral_id: int = 0) ->
 
 
 @tool("write")
-def request_referral(db, patient_id: int, specialty: str) -> dict:
+def request_referral(db, patient_id: int, specialty: Specialty) -> dict:
     """Ask the patient's primary practitioner for a referral to a specialty (status requested).
 
     Args:
@@ -314,7 +322,7 @@ def update_insurance(db, patient_id: int, plan_id: int, member_id: str) -> dict:
 
 
 @tool("write", free_args=("summary",))
-def open_front_desk_case(db, patient_id: int, category: str, summary: str) -> dict:
+def open_front_desk_case(db, patient_id: int, category: CaseCategory, summary: str) -> dict:
     """Open a front-desk case for the clinic staff to follow up.
 
     Args:

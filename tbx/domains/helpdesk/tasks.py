@@ -29,6 +29,10 @@ from tbx.domains.helpdesk.seed import (
 )
 
 EASY_INSTANCES, INSTANCES = 10, 8
+# Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
+# policy. The two easy writes come first in tools.py, so few-shot examples show them; the last tool
+# is the first distractor's, so the extra-write mutation can be played in an episode.
+EASY_TOOLS = ["set_ticket_priority", "close_ticket", "get_ticket", "add_comment"]
 KEYWORDS = {
     "employee_id": ["employee id", "employee number"],
     "date_of_birth": ["date of birth", "birth date", "birthday"],
@@ -327,5 +331,6 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                 "reference": built["reference"],
                 "checks": {"expected": built["expected"]},
                 "turn_limit": 10 if easy else 30,
+                **({"tools": list(EASY_TOOLS)} if easy else {}),
             })
     return tasks

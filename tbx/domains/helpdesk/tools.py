@@ -6,6 +6,8 @@ the caller before touching an account" or "escalate only overdue tickets" live i
 are the agent's to follow: the tools would let the agent break them, which a task then checks.
 """
 
+from typing import Literal, get_args
+
 from sqlalchemy import func, insert, select, update
 
 from tbx.domains.helpdesk.schema import (
@@ -22,9 +24,14 @@ from tbx.domains.helpdesk.schema import (
 from tbx.domains.helpdesk.seed import SLA_DAYS, TEAMS, TODAY, due_date
 from tbx.tools import ToolFailure, tool
 
-PRIORITIES = tuple(SLA_DAYS)
-RESOLUTIONS = ("resolved", "duplicate", "wont_fix")
-CATEGORIES = ("hardware", "software", "network", "access", "security", "licence")
+# Closed choices are Literal types, so the schema the agent sees lists them as an enum.
+Priority = Literal["low", "medium", "high", "critical"]
+Resolution = Literal["resolved", "duplicate", "wont_fix"]
+Visibility = Literal["public", "internal"]
+Category = Literal["hardware", "software", "network", "access", "security", "licence"]
+Team = Literal["service_desk", "hardware", "network", "applications", "security"]
+PRIORITIES, RESOLUTIONS, CATEGORIES = get_args(Priority), get_args(Resolution), get_args(Category)
+assert set(PRIORITIES) == set(SLA_DAYS) and get_args(Team) == TEAMS
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
 
 
@@ -57,6 +64,41 @@ def _set_ticket(db, ticket_id: int, **values) -> None:
 
 def _log(db, event: str) -> None:
     db.execute(insert(audit_log).values(event=event))
+
+
+# The desk's two most common actions come first: a model's few-shot examples show the
+# first tools of the list (tbx.policies.prompting.demonstrations_for).
+@tool("write")
+def set_ticket_priority(db, ticket_id: int, priority: Priority) -> dict:
+    """Change a ticket's priority; its SLA due date is recomputed from the creation date.
+
+    Args:
+        ticket_id: The ticket number.
+        priority: One of "low", "medium", "high", "critical".
+    """
+    priority = _choice(priority, PRIORITIES, "priority")
+    found = _ticket(db, ticket_id, open_only=True)
+    if found["priority"] == priority:
+        raise ToolFailure(f"ticket {ticket_id} already has priority {priority}")
+    due = due_date(found["created_on"], priority)
+    _set_ticket(db, ticket_id, priority=priority, due_on=due)
+    _log(db, f"set_ticket_priority ticket={ticket_id} priority={priority}")
+    return {"ticket_id": ticket_id, "priority": priority, "due_on": due}
+
+
+@tool("write")
+def close_ticket(db, ticket_id: int, resolution: Resolution) -> dict:
+    """Close a ticket with a resolution.
+
+    Args:
+        ticket_id: The ticket number.
+        resolution: One of "resolved", "duplicate", "wont_fix".
+    """
+    resolution = _choice(resolution, RESOLUTIONS, "resolution")
+    _ticket(db, ticket_id, open_only=True)
+    _set_ticket(db, ticket_id, status="closed", resolution=resolution)
+    _log(db, f"close_ticket ticket={ticket_id}")
+    return {"ticket_id": ticket_id, "status": "closed", "resolution": resolution}
 
 
 @tool("read")
@@ -110,7 +152,7 @@ def get_user(db, user_id: int) -> dict:
 
 
 @tool("read")
-def list_technicians(db, team: str) -> list[dict]:
+def list_technicians(db, team: Team) -> list[dict]:
     """List the technicians of a team, with their level and whether they are on call.
 
     Args:
@@ -136,39 +178,6 @@ def find_licence(db, software: str) -> dict:
 
 
 @tool("write")
-def set_ticket_priority(db, ticket_id: int, priority: str) -> dict:
-    """Change a ticket's priority; its SLA due date is recomputed from the creation date.
-
-    Args:
-        ticket_id: The ticket number.
-        priority: One of "low", "medium", "high", "critical".
-    """
-    priority = _choice(priority, PRIORITIES, "priority")
-    found = _ticket(db, ticket_id, open_only=True)
-    if found["priority"] == priority:
-        raise ToolFailure(f"ticket {ticket_id} already has priority {priority}")
-    due = due_date(found["created_on"], priority)
-    _set_ticket(db, ticket_id, priority=priority, due_on=due)
-    _log(db, f"set_ticket_priority ticket={ticket_id} priority={priority}")
-    return {"ticket_id": ticket_id, "priority": priority, "due_on": due}
-
-
-@tool("write")
-def close_ticket(db, ticket_id: int, resolution: str) -> dict:
-    """Close a ticket with a resolution.
-
-    Args:
-        ticket_id: The ticket number.
-        resolution: One of "resolved", "duplicate", "wont_fix".
-    """
-    resolution = _choice(resolution, RESOLUTIONS, "resolution")
-    _ticket(db, ticket_id, open_only=True)
-    _set_ticket(db, ticket_id, status="closed", resolution=resolution)
-    _log(db, f"close_ticket ticket={ticket_id}")
-    return {"ticket_id": ticket_id, "status": "closed", "resolution": resolution}
-
-
-@tool("write")
 def assign_ticket(db, ticket_id: int, technician_id: int) -> dict:
     """Assign a ticket to a technician; the ticket's status becomes in_progress.
 
@@ -185,7 +194,7 @@ def assign_ticket(db, ticket_id: int, technician_id: int) -> dict:
 
 
 @tool("write", free_args=("body",))
-def add_comment(db, ticket_id: int, visibility: str, body: str) -> dict:
+def add_comment(db, ticket_id: int, visibility: Visibility, body: str) -> dict:
     """Add a comment to a ticket. Public comments are e-mailed to the requester.
 
     Args:
@@ -193,7 +202,7 @@ def add_comment(db, ticket_id: int, visibility: str, body: str) -> dict:
         visibility: "public" (the requester sees it) or "internal" (IT staff only).
         body: The comment text.
     """
-    visibility = _choice(visibility, ("public", "internal"), "visibility")
+    visibility = _choice(visibility, get_args(Visibility), "visibility")
     _ticket(db, ticket_id)
     if not body.strip():
         raise ToolFailure("body must not be empty")
@@ -222,7 +231,7 @@ def escalate_ticket(db, ticket_id: int, reason: str) -> dict:
 
 
 @tool("write", free_args=("subject",))
-def create_ticket(db, requester_id: int, category: str, priority: str, subject: str) -> dict:
+def create_ticket(db, requester_id: int, category: Category, priority: Priority, subject: str) -> dict:
     """Open a new ticket for a user; its SLA due date follows from today's date and the priority.
 
     Args:

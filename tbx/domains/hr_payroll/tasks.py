@@ -30,6 +30,10 @@ from tbx.domains.hr_payroll.seed import (
 )
 
 EASY_INSTANCES, INSTANCES = 10, 8
+# Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
+# policy. The two easy writes come first in tools.py, so few-shot examples show them; the last tool
+# is the first distractor's, so the extra-write mutation can be played in an episode.
+EASY_TOOLS = ["cancel_leave_request", "withdraw_expense_claim", "get_leave_request", "open_hr_case"]
 KEYWORDS = {
     "employee_id": ["employee id", "employee number"],
     "date_of_birth": ["date of birth", "birth date", "birthday"],
@@ -112,7 +116,7 @@ def _cancel_leave_easy(rng: random.Random, index: int) -> Built:
         f"{_name(employee)}, an Acme employee whose plans changed.", f"Have leave request {request['id']} cancelled.",
         f"Cancel leave request {request['id']}.",
         {"employees": [employee], "leave_balances": held, "leave_requests": [request]},
-        [_call("cancel_leave_request", request_id=request["id"]),
+        [_call("cancel_leave_request", leave_request_id=request["id"]),
          {"say": f"Done: leave request {request['id']} ({start} to {end}) is cancelled."}], expected)
 
 
@@ -336,5 +340,6 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                 "reference": built["reference"],
                 "checks": {"expected": built["expected"]},
                 "turn_limit": 10 if easy else 30,
+                **({"tools": list(EASY_TOOLS)} if easy else {}),
             })
     return tasks

@@ -8,6 +8,7 @@ agent's to follow: the tools would let the agent break them, which a task then c
 
 import datetime as dt
 from decimal import Decimal, InvalidOperation
+from typing import Literal, get_args
 
 from sqlalchemy import insert, select, update
 
@@ -26,8 +27,10 @@ from tbx.domains.hr_payroll.schema import (
 from tbx.domains.hr_payroll.seed import EFFECTIVE_DATE, TODAY, working_days
 from tbx.tools import ToolFailure, tool
 
-LEAVE_TYPES = ("vacation", "sick", "unpaid")
-CASE_CATEGORIES = ("benefits_exception", "identity_verification_failed", "payroll_query", "other")
+# Closed choices are Literal types, so the schema the agent sees lists them as an enum.
+LeaveType = Literal["vacation", "sick", "unpaid"]
+CaseCategory = Literal["benefits_exception", "identity_verification_failed", "payroll_query", "other"]
+LEAVE_TYPES, CASE_CATEGORIES = get_args(LeaveType), get_args(CaseCategory)
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
 
 
@@ -66,6 +69,51 @@ def _log(db, event: str) -> None:
     db.execute(insert(audit_log).values(event=event))
 
 
+# The desk's two most common actions come first: a model's few-shot examples show the
+# first tools of the list (tbx.policies.prompting.demonstrations_for).
+@tool("write")
+def cancel_leave_request(db, leave_request_id: int) -> dict:
+    """Cancel a pending or approved leave request that has not started yet.
+
+    Cancelling an approved vacation or sick request gives its days back to the balance.
+
+    Args:
+        leave_request_id: The leave request number.
+    """
+    request = _row(db, leave_requests, leave_request_id, "leave request")
+    if request["status"] not in ("pending", "approved"):
+        raise ToolFailure(f"leave request {leave_request_id} is {request['status']} and cannot be cancelled")
+    if request["start_date"] <= TODAY.isoformat():
+        raise ToolFailure(f"leave request {leave_request_id} started on {request['start_date']}; "
+                          "it cannot be cancelled")
+    db.execute(update(leave_requests).where(leave_requests.c.id == leave_request_id).values(
+        status="cancelled", updated_at=MODIFIED))
+    if request["status"] == "approved" and request["leave_type"] != "unpaid":
+        db.execute(update(leave_balances).where(
+            leave_balances.c.employee_id == request["employee_id"],
+            leave_balances.c.leave_type == request["leave_type"]).values(
+            days_remaining=leave_balances.c.days_remaining + request["days"]))
+    _log(db, f"cancel_leave_request request={leave_request_id}")
+    return {"leave_request_id": leave_request_id, "status": "cancelled",
+            "days_returned": request["status"] == "approved"}
+
+
+@tool("write")
+def withdraw_expense_claim(db, claim_id: int) -> dict:
+    """Withdraw a submitted expense claim (it will not be reviewed or paid).
+
+    Args:
+        claim_id: The expense claim number.
+    """
+    claim = _row(db, expense_claims, claim_id, "expense claim")
+    if claim["status"] != "submitted":
+        raise ToolFailure(f"expense claim {claim_id} is {claim['status']}; only submitted claims can be withdrawn")
+    db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
+        status="withdrawn", updated_at=MODIFIED))
+    _log(db, f"withdraw_expense_claim claim={claim_id}")
+    return {"claim_id": claim_id, "status": "withdrawn"}
+
+
 @tool("read")
 def verify_employee(db, employee_id: int, date_of_birth: str) -> dict:
     """Check a caller's identity: their employee ID and date of birth, as the caller stated them.
@@ -100,6 +148,16 @@ def get_employee(db, employee_id: int) -> dict:
 
 
 @tool("read")
+def get_leave_request(db, leave_request_id: int) -> dict:
+    """Show a leave request: employee, type, dates, working days, status and approver.
+
+    Args:
+        leave_request_id: The leave request number.
+    """
+    return _row(db, leave_requests, leave_request_id, "leave request")
+
+
+@tool("read")
 def list_expense_claims(db, employee_id: int) -> list[dict]:
     """List an employee's expense claims (any status) with amount, category and receipt flag.
 
@@ -125,48 +183,7 @@ def list_benefit_plans(db) -> list[dict]:
 
 
 @tool("write")
-def cancel_leave_request(db, request_id: int) -> dict:
-    """Cancel a pending or approved leave request that has not started yet.
-
-    Cancelling an approved vacation or sick request gives its days back to the balance.
-
-    Args:
-        request_id: The leave request number.
-    """
-    request = _row(db, leave_requests, request_id, "leave request")
-    if request["status"] not in ("pending", "approved"):
-        raise ToolFailure(f"leave request {request_id} is {request['status']} and cannot be cancelled")
-    if request["start_date"] <= TODAY.isoformat():
-        raise ToolFailure(f"leave request {request_id} started on {request['start_date']}; it cannot be cancelled")
-    db.execute(update(leave_requests).where(leave_requests.c.id == request_id).values(
-        status="cancelled", updated_at=MODIFIED))
-    if request["status"] == "approved" and request["leave_type"] != "unpaid":
-        db.execute(update(leave_balances).where(
-            leave_balances.c.employee_id == request["employee_id"],
-            leave_balances.c.leave_type == request["leave_type"]).values(
-            days_remaining=leave_balances.c.days_remaining + request["days"]))
-    _log(db, f"cancel_leave_request request={request_id}")
-    return {"request_id": request_id, "status": "cancelled", "days_returned": request["status"] == "approved"}
-
-
-@tool("write")
-def withdraw_expense_claim(db, claim_id: int) -> dict:
-    """Withdraw a submitted expense claim (it will not be reviewed or paid).
-
-    Args:
-        claim_id: The expense claim number.
-    """
-    claim = _row(db, expense_claims, claim_id, "expense claim")
-    if claim["status"] != "submitted":
-        raise ToolFailure(f"expense claim {claim_id} is {claim['status']}; only submitted claims can be withdrawn")
-    db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
-        status="withdrawn", updated_at=MODIFIED))
-    _log(db, f"withdraw_expense_claim claim={claim_id}")
-    return {"claim_id": claim_id, "status": "withdrawn"}
-
-
-@tool("write")
-def request_leave(db, employee_id: int, leave_type: str, start_date: str, end_date: str) -> dict:
+def request_leave(db, employee_id: int, leave_type: LeaveType, start_date: str, end_date: str) -> dict:
     """File a leave request for the employee's manager to approve. Working days are counted
     Monday to Friday; no balance is deducted until the manager approves.
 
@@ -190,7 +207,7 @@ def request_leave(db, employee_id: int, leave_type: str, start_date: str, end_da
         employee_id=employee_id, leave_type=leave_type, start_date=start, end_date=end, days=days,
         status="pending", approver_id=employee["manager_id"])).inserted_primary_key[0]
     _log(db, f"request_leave request={new_id}")
-    return {"request_id": new_id, "days": days, "status": "pending", "approver_id": employee["manager_id"]}
+    return {"leave_request_id": new_id, "days": days, "status": "pending", "approver_id": employee["manager_id"]}
 
 
 def _salary_change(db, employee_id: int, new_salary: float, status: str, approver_id: int | None,
@@ -295,7 +312,7 @@ def enrol_benefit(db, employee_id: int, plan_id: int) -> dict:
 
 
 @tool("write", free_args=("summary",))
-def open_hr_case(db, employee_id: int, category: str, summary: str) -> dict:
+def open_hr_case(db, employee_id: int, category: CaseCategory, summary: str) -> dict:
     """Open a case for the HR team to follow up.
 
     Args:
