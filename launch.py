@@ -4,6 +4,11 @@
     python launch.py -m stage=eval policy=oracle,null tasks=travel     # Hydra multirun
     python launch.py show=true ...                                     # print config and plan, exit
     python launch.py sweep=band_edges select.probe_run=...              # a sweep from sweeps/
+    python launch.py                                                    # the main job (below)
+
+Without a `stage=` (and without an `experiment=`), launch.py runs the main job: the whole
+pipeline on the embedded default, `experiment=embedded_pipeline` (probe the easy training
+sample with SmolLM2 on CPU, select, train a few GRPO steps, evaluate base and trained, report).
 
 Every stage goes through `tbx.launch`: a checked job plan, then submitit (in this process by
 default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
@@ -28,6 +33,17 @@ register_configs()
 # policy at all. The option file is policy/null_agent.yaml; these words name it on the command line.
 POLICY_ALIASES = {"null": "null_agent"}
 SWEEPS = Path(__file__).resolve().parent / "sweeps"
+
+
+MAIN_JOB = "experiment=embedded_pipeline"
+
+
+def with_main_job(argv: list[str]) -> list[str]:
+    """`argv` plus the main job's experiment when it names neither a stage nor an experiment."""
+    keys = {arg.partition("=")[0].lstrip("+~") for arg in argv if "=" in arg}
+    if keys & {"stage", "experiment", "sweep"} or any(arg.startswith("--config-name") for arg in argv):
+        return argv
+    return [MAIN_JOB, *argv]
 
 
 def rewrite_aliases(argv: list[str]) -> list[str]:
@@ -66,5 +82,5 @@ def main(dict_cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = rewrite_aliases(sys.argv[1:])
+    sys.argv[1:] = rewrite_aliases(with_main_job(sys.argv[1:]))
     main()

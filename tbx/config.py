@@ -59,6 +59,7 @@ class ModelConfig:
     top_p: float = 1.0
     batch_size: int = 16  # local: most pending turns generated together in one forward pass
     few_shot: bool = True  # render example tool-call turns into the prompt (small models need them)
+    tool_format: str = "json"  # local prompts: json (hermes schema lines) | compact (one signature line per tool)
     threads: int = 2  # torch CPU threads
     dtype: str = "float32"
     context_length: int = 2048
@@ -157,6 +158,7 @@ class GrpoConfig:
     gradient_checkpointing: bool = False  # native: trade compute for memory
     max_grad_norm: float = 1.0
     trainer: str = "native"  # native (transformers in-process) | verl (Ray + vLLM on clusters)
+    verl_entry: str = "verl.trainer.main_ppo"  # verl: the module `python -m` runs with the overrides
 
 
 @dataclass

@@ -74,3 +74,15 @@ def test_every_point_of_the_sweep_composes_and_shows_its_plan(name, tmp_path, ca
 def test_sweep_sizes():
     assert {name: len(sweep_points(name)[0]) for name in SWEEPS} == {
         "band_edges": 6, "lr_x_pool": 6, "probe_stopping": 6, "reference_policies": 2}
+
+
+def test_without_a_stage_launch_runs_the_main_job(tmp_path, capsys):
+    assert launch.with_main_job([]) == ["experiment=embedded_pipeline"]
+    assert launch.with_main_job(["show=true"]) == ["experiment=embedded_pipeline", "show=true"]
+    for named in (["stage=eval"], ["experiment=embedded_pipeline"], ["sweep=band_edges"], ["+experiment=x"]):
+        assert launch.with_main_job(named) == named
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        dict_cfg = compose("config", overrides=[*launch.with_main_job([]), f"out_root={tmp_path}"])
+    cfg = OmegaConf.to_object(dict_cfg)
+    assert (cfg.stage.name, cfg.tasks.name, cfg.model.name) == ("pipeline", "train_sample", "smollm2_135m")
+    assert "# plan: stage=pipeline" in show(dict_cfg, capsys)

@@ -25,7 +25,14 @@ from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.decoding import Decoder, Generation, GenerationRequest
 from tbx.policies.hf_model import LoadedModel, load_model
 from tbx.policies.parsing import parse_assistant_text
-from tbx.policies.prompting import Demonstration, build_chat, demonstrations_for, encode_prompt, render_prompt
+from tbx.policies.prompting import (
+    Demonstration,
+    build_chat,
+    check_tool_format,
+    demonstrations_for,
+    encode_prompt,
+    render_prompt,
+)
 
 
 def _prefix_key(request: GenerationRequest) -> tuple[int, ...]:
@@ -137,6 +144,7 @@ class LocalPolicy(Policy):
         self.model_name = model_cfg.name
         self.price_input_per_mtok = model_cfg.price_input_per_mtok
         self.price_output_per_mtok = model_cfg.price_output_per_mtok
+        self.tool_format = check_tool_format(model_cfg.tool_format)
         self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer)
         self.scheduler = BatchScheduler(self.decoder.generate_batch, model_cfg.batch_size)
 
@@ -162,7 +170,7 @@ class LocalPolicy(Policy):
         budget = max(1, self.model_cfg.context_length - self.model_cfg.max_new_tokens)
         kept = list(messages)
         while True:
-            chat = build_chat(kept, tools, self.demonstrations(tools))
+            chat = build_chat(kept, tools, self.demonstrations(tools), tool_format=self.tool_format)
             ids = encode_prompt(self.loaded.tokenizer, render_prompt(self.loaded.tokenizer, chat))
             first_user = next((i for i, m in enumerate(kept) if m.role == "user"), len(kept))
             if len(ids) <= budget or len(kept) - first_user <= 2:
@@ -179,7 +187,7 @@ class LocalPolicy(Policy):
         their keys and values. 0 when the fixed part does not tokenize as a prefix of the prompt.
         """
         system = list(messages[:1]) if messages and messages[0].role == "system" else []
-        fixed = build_chat(system, tools, self.demonstrations(tools))
+        fixed = build_chat(system, tools, self.demonstrations(tools), tool_format=self.tool_format)
         tokenizer = self.loaded.tokenizer
         if getattr(tokenizer, "chat_template", None):
             text = tokenizer.apply_chat_template(fixed, tokenize=False, add_generation_prompt=False)

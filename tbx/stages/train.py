@@ -56,9 +56,8 @@ def load_manifest(path: str | None) -> dict[str, Any]:
 
 def validate_train(cfg: Config, manifest: dict[str, Any]) -> None:
     g = cfg.grpo
-    if g.trainer != "native":
-        raise ConfigError("conf/grpo", "grpo.trainer", f"is {g.trainer!r}; this stage runs the native trainer",
-                          "use grpo.trainer=native here; the verl path runs through tbx.verl_bridge on a cluster")
+    if g.trainer not in ("native", "verl"):
+        raise ConfigError("conf/grpo", "grpo.trainer", f"is {g.trainer!r}", "use native or verl")
     if g.group_size < 2:
         raise ConfigError("conf/grpo", "grpo.group_size", f"is {g.group_size}", "GRPO needs groups of at least 2")
     if g.groups_per_step < 1 or g.steps < 1 or g.micro_batch_size < 1:
@@ -163,6 +162,8 @@ def run_train(cfg: Config) -> dict[str, Any]:
     from tbx.episodes import run_episode
 
     manifest = load_manifest(cfg.train.pool)
+    if cfg.grpo.trainer == "verl":
+        return _train_with_verl(cfg, manifest)
     validate_train(cfg, manifest)
     tasks = pool_tasks(manifest)
     run_dir = resolve_run_dir(cfg)
@@ -200,6 +201,18 @@ def run_train(cfg: Config) -> dict[str, Any]:
                "final_model": str(final)}
     (run_dir / "train.json").write_text(json.dumps(summary, indent=2))
     print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
+    return summary
+
+
+def _train_with_verl(cfg: Config, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The same pool and recipe, trained by verl (on the Ray cluster this job runs in)."""
+    from tbx.verl_bridge.launch import run_verl_training
+
+    run_dir = resolve_run_dir(cfg)
+    save_run_meta(run_dir, cfg)
+    summary = run_verl_training(cfg, manifest, run_dir, run_dir.name)
+    (run_dir / "train.json").write_text(json.dumps(summary, indent=2))
+    print(f"verl trained {summary['steps']} steps -> {summary['checkpoints']}")
     return summary
 
 

@@ -26,6 +26,7 @@ Choices that are ours, not verl's defaults:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
@@ -68,6 +69,11 @@ class GrpoSettings:
     max_response_tokens: int = 8192  # whole multi-turn response incl. tool/user tokens [data.max_response_length]
     max_error_retries: int = 2  # re-runs of an episode that ended in an error outcome (inside the agent loop)
     save_every: int = 10  # checkpoint every N steps, and at the last [trainer.save_freq]
+
+    @staticmethod
+    def from_config(grpo: Any) -> GrpoSettings:
+        """From the `grpo` group: the same keys drive the native trainer and verl."""
+        return GrpoSettings(**{f.name: getattr(grpo, f.name) for f in dataclasses.fields(GrpoSettings)})
 
 
 @dataclass(frozen=True)

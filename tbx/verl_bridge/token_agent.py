@@ -33,7 +33,13 @@ from tbx.errors import ConfigError, InfraError
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent
 from tbx.policies.parsing import CALL_CLOSE, parse_assistant_text
-from tbx.policies.prompting import build_chat, demonstrations_for, encode_prompt, render_prompt
+from tbx.policies.prompting import (
+    build_chat,
+    check_tool_format,
+    demonstrations_for,
+    encode_prompt,
+    render_prompt,
+)
 
 PromptStyle = Literal["tbx", "native"]
 PROMPT_STYLES = ("tbx", "native")
@@ -48,6 +54,7 @@ class PromptRenderer:
     tokenizer: Any
     style: PromptStyle = "tbx"
     few_shot: bool = True  # tbx style: worked tool-call examples (`model.few_shot`)
+    tool_format: str = "json"  # tbx style: `model.tool_format`
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -61,7 +68,8 @@ class PromptRenderer:
         own_turns = sum(message.role == "assistant" for message in messages)
         if self.style == "tbx":
             demonstrations = demonstrations_for(tools) if self.few_shot else ()
-            chat = _mark_turns(build_chat(messages, tools, demonstrations), own_turns)
+            chat = _mark_turns(build_chat(messages, tools, demonstrations, tool_format=check_tool_format(
+                self.tool_format)), own_turns)
             return render_prompt(self.tokenizer, chat)
         from tbx.llm_client import to_openai_messages
 

@@ -127,10 +127,10 @@ def launch(*args):
 
 
 def test_show_prints_the_plan_and_a_bad_plan_exits_2(tmp_path):
-    out = launch("show=true", "hardware=slurm_a100x8", "model.tensor_parallel_size=2", f"out_root={tmp_path}")
+    out = launch("stage=eval", "show=true", "hardware=slurm_a100x8", "model.tensor_parallel_size=2", f"out_root={tmp_path}")
     assert out.returncode == 0, out.stderr
     assert "# plan: stage=eval on slurm (hardware=slurm_a100x8)" in out.stdout and "4 vLLM replica" in out.stdout
-    bad = launch("show=true", "hardware=slurm_a100x8", "model.tensor_parallel_size=3", f"out_root={tmp_path}")
+    bad = launch("stage=eval", "show=true", "hardware=slurm_a100x8", "model.tensor_parallel_size=3", f"out_root={tmp_path}")
     assert bad.returncode == 2 and "field 'model.tensor_parallel_size'" in bad.stderr
     assert not (tmp_path / "jobs").exists()
 

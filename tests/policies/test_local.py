@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from tbx.config import Config, ModelConfig
-from tbx.errors import InfraError
+from tbx.errors import ConfigError, InfraError
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema, Usage
 from tbx.policies import hf_model
 from tbx.policies.base import EpisodeContext
@@ -28,10 +28,12 @@ from tbx.policies.local import BatchScheduler, LocalPolicy
 from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.prompting import (
     build_chat,
+    check_tool_format,
     demonstrations_for,
     example_arguments,
     render_chatml,
     render_prompt,
+    render_tool_compact,
 )
 
 TOOLS = [
@@ -88,6 +90,26 @@ def test_chat_layout_system_demos_conversation_and_merged_tool_results():
     assert build_chat(messages, TOOLS) == build_chat(messages, TOOLS)  # deterministic
     in_system = build_chat(messages, TOOLS, demonstrations_for(TOOLS), placement="system")
     assert len(in_system) == 5 and "Example 1:\nUser: Look up an account" in in_system[0]["content"]
+
+
+def test_compact_tools_are_signature_lines_with_the_docstring_summary():
+    schema = ToolSchema("verify", "Check a caller.\n\nGive the id.\n\nArgs:\n    employee_id: The id.\n",
+                        {"properties": {"employee_id": {"type": "integer", "title": "Employee Id"},
+                                        "kind": {"type": "string", "enum": ["a", "b"]},
+                                        "note": {"type": "string", "default": ""},
+                                        "ids": {"type": "array", "items": {"type": "integer"}},
+                                        "when": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}},
+                         "required": ["employee_id", "kind", "ids"]})
+    assert render_tool_compact(schema) == ('verify(employee_id: integer, kind: "a"|"b", note: string = "", '
+                                           'ids: list[integer], when: string | null = null) - Check a caller. '
+                                           'Give the id.')
+    system = build_chat([Message("system", POLICY), Message("user", "hi")], TOOLS, tool_format="compact")[0]
+    lines = system["content"].split("<tools>\n")[1].split("\n</tools>")[0].splitlines()
+    assert lines[1] == "transfer(from_account: integer, to_account: integer, amount: number, memo?: string) - Move " \
+                       "money between two accounts. Frozen accounts cannot send money."
+    assert len(system["content"]) < len(build_chat([Message("system", POLICY)], TOOLS)[0]["content"])
+    with pytest.raises(ConfigError, match="model.tool_format"):
+        check_tool_format("yaml")
 
 
 def test_chatml_fallback_without_a_chat_template():

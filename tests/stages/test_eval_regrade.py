@@ -123,7 +123,8 @@ def test_launch_cli_policy_null_alias_and_summary(tmp_path):
     (["backend=postgres"], "backend.url"),
 ])
 def test_launch_bad_input_names_field_and_fix(tmp_path, args, message):
-    out = launch("tasks=mock", "policy=oracle", f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db", *args)
+    out = launch("stage=eval", "tasks=mock", "policy=oracle", f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db",
+                 *args)
     assert out.returncode != 0
     assert message in out.stderr
 
@@ -134,7 +135,7 @@ def test_launch_typo_fails_at_compose_time(tmp_path):
 
 
 def test_show_prints_config_and_exits(tmp_path):
-    out = launch("show=true", "tasks=mock", "policy=oracle", f"out_root={tmp_path}")
+    out = launch("stage=eval", "show=true", "tasks=mock", "policy=oracle", f"out_root={tmp_path}")
     assert out.returncode == 0 and "# run: eval-mock-oracle-" in out.stdout
     assert not (tmp_path / "eval-mock-oracle").exists()
 
