@@ -105,6 +105,25 @@ class EvalConfig:
     num_shards: int = 1
     max_error_retries: int = 2  # re-runs of an attempt that ended in an error outcome
     max_turns: int | None = None  # cap every task's turn limit (quick CPU runs); null: the task's own
+    # Longest wait for one tool call, harness DB connection, user reply or judge call before the episode
+    # becomes an error outcome of that site's type. Above an endpoint's own retry budget with the default
+    # endpoint settings (4 tries x 60 s), so those retries run first; it only cuts true hangs.
+    call_timeout_s: float = 300.0
+
+
+@dataclass
+class FaultsConfig:
+    """Injected faults (hardening, `tbx/faults.py`): a share of the calls at each site fails at once or
+    hangs until `eval.call_timeout_s`. Decided per call from (seed, episode seed, site, call index), so
+    a campaign is reproducible. Off by default (conf/faults/none.yaml)."""
+
+    name: str = "none"
+    tool: float = 0.0  # share of MCP tool calls (-> infra_error)
+    db: float = 0.0  # share of the harness's DB connections: the episode clone, the grader's reader (-> infra_error)
+    user: float = 0.0  # share of user-simulator replies (-> user_sim_error)
+    judge: float = 0.0  # share of judge calls (-> verifier_error)
+    hang: float = 0.5  # share of injected faults that hang instead of failing at once
+    seed: int = 0  # mixed into every draw: another seed, other calls hit
 
 
 @dataclass
@@ -247,6 +266,7 @@ class Config:
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     backend: BackendConfig = field(default_factory=BackendConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     regrade: RegradeConfig = field(default_factory=RegradeConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
@@ -277,6 +297,7 @@ GROUPS = {
     "user": UserConfig,
     "judge": JudgeConfig,
     "backend": BackendConfig,
+    "faults": FaultsConfig,
     "difficulty": DifficultyConfig,
     "pool": PoolConfig,
     "logger": LoggerConfig,

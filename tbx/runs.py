@@ -37,6 +37,8 @@ def identity_settings(cfg: Config) -> dict[str, Any]:
     }
     if cfg.eval.max_turns is not None:
         settings["max_turns"] = cfg.eval.max_turns
+    if any((cfg.faults.tool, cfg.faults.db, cfg.faults.user, cfg.faults.judge)):  # a chaos run never resumes a clean one
+        settings["faults"] = dataclasses.asdict(cfg.faults)
     if cfg.stage.name == "probe":
         settings["attempts"] = dataclasses.asdict(cfg.probe)
     if cfg.stage.name == "train":

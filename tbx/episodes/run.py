@@ -14,8 +14,10 @@ from functools import cache
 from tbx.backend import Backend, dump_state
 from tbx.backend.state import state_delta
 from tbx.catalog import TaskRuntime, source_hash
+from tbx.config import FaultsConfig
 from tbx.episodes.record import EpisodeResult, Outcome
 from tbx.errors import InfraError, UserSimError, VerifierError
+from tbx.faults import EpisodeFaults, bounded
 from tbx.grading import grade_state
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
@@ -48,7 +50,7 @@ class _Transcript:
 
 
 async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
-                                max_turns: int | None) -> str:
+                    max_turns: int | None, timeout_s: float | None) -> str:
     """Run the dialogue; return what ended it (user_stop | turn_limit)."""
     limit = runtime.task.turn_limit if max_turns is None else min(runtime.task.turn_limit, max_turns)
     for _ in range(limit):
@@ -73,7 +75,7 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript, 
         if turn.malformed:
             continue
         try:
-            reply = await user.reply(log.messages)
+            reply = await bounded(user.reply(log.messages), timeout_s, UserSimError, "the user simulator")
         except UserSimError:
             raise
         except Exception as exc:
@@ -85,14 +87,15 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript, 
     return "turn_limit"
 
 
-async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript):  # noqa: ANN202
+async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, timeout_s: float | None):  # noqa: ANN202
     rules = runtime.task.checks.judge
     if not rules or judge is None:
         return None
     verdicts = []
     for rule in rules:
         try:
-            verdict = await judge.decide(rule, log.messages)
+            verdict = await bounded(judge.decide(rule, log.messages), timeout_s, VerifierError,
+                                    f"the judge on rule {rule.id}")
         except VerifierError:
             raise
         except Exception as exc:
@@ -103,39 +106,47 @@ async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript):  
 
 
 async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
-                      judge: Judge | None, attempt: int, seed: int, max_turns: int | None = None) -> EpisodeResult:
-    """Play one attempt of a task. `max_turns` caps the task's own turn limit (small CPU runs)."""
+                      judge: Judge | None, attempt: int, seed: int, max_turns: int | None = None,
+                      call_timeout_s: float | None = None, faults: FaultsConfig | None = None,
+                      fault_seed: int | None = None) -> EpisodeResult:
+    """Play one attempt of a task. `max_turns` caps the task's own turn limit (small CPU runs);
+    `call_timeout_s` bounds each tool call, DB connection, user reply and judge call (None: no limit);
+    `faults` injects failures and hangs (`tbx.faults`; None: none), drawn from `fault_seed` (default
+    `seed`; a re-run of an attempt keeps its `seed` and passes another `fault_seed`)."""
     task = runtime.task
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    user = user_sim.session(task.user, seed)
+    chaos = EpisodeFaults(faults, seed if fault_seed is None else fault_seed)
+    user, judge = chaos.user(user_sim.session(task.user, seed)), chaos.judge(judge)
     log = _Transcript(task.policy, user.opening())
     outcome, cause, ended_by, grade, delta = Outcome.INFRA_ERROR, "", "error", None, None
     db = None
     try:
         try:
+            await chaos.connect(call_timeout_s)
             db = backend.clone(runtime.template)
         except Exception as exc:
             raise InfraError(f"could not clone the task database: {exc}") from exc
         timings["clone"] = time.perf_counter() - start
         infra = InfraLog()
-        server = build_server(task.domain, runtime.tools, db.engine, infra)
+        server = build_server(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate())
         agent = policy.agent(EpisodeContext(task, attempt, seed))
-        async with open_tool_session(server, infra) as tools:
+        async with open_tool_session(server, infra, call_timeout_s) as tools:
             timings["session"] = time.perf_counter() - start - timings["clone"]
-            ended_by = await _converse(runtime, tools, agent, user, log, max_turns)
+            ended_by = await _converse(runtime, tools, agent, user, log, max_turns, call_timeout_s)
             timings["tools"] = tools.seconds
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
         reader = backend.open_reader(db)
         try:
+            await chaos.connect(call_timeout_s)
             final = dump_state(reader, runtime.domain.metadata)
         except Exception as exc:
             raise InfraError(f"could not read the terminal state: {exc}") from exc
         finally:
             reader.dispose()
         delta = state_delta(runtime.initial, final)
-        verdicts = await _judge(runtime, judge, log)
+        verdicts = await _judge(runtime, judge, log, call_timeout_s)
         result = grade_state(runtime.initial, final, runtime.expected, runtime.volatile, task.checks.loose,
                              task.checks.judge, verdicts)
         grade = result.to_dict()
@@ -159,5 +170,6 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         hashes={"task": task.content_hash, "tools": tools_hash(task.domain), "grader": grader_hash(),
                 "initial_state": runtime.initial_hash},
         timings=timings, ended_by=ended_by,
-        extra={"policy": getattr(policy, "name", ""), "user": getattr(user_sim, "name", "")},
+        extra={"policy": getattr(policy, "name", ""), "user": getattr(user_sim, "name", "")}
+        | ({"faults": chaos.events} if chaos.events else {}),
     )

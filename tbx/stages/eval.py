@@ -22,6 +22,7 @@ from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
 from tbx.config import Config
 from tbx.episodes import run_episode
 from tbx.errors import ConfigError
+from tbx.faults import validate_faults
 from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
@@ -56,6 +57,7 @@ def write_runtimes(path: Path, runtimes: dict[str, TaskRuntime]) -> None:
 async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
                        attempts: dict[str, range], label: str) -> None:
     """Run every (task, attempt) of `attempts` that is not final in `log`, `eval.concurrency` at once."""
+    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
     pending = [(task_id, a) for task_id, indices in attempts.items() for a in indices
                if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
     policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
@@ -66,9 +68,13 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
     async def attempt(task_id: str, index: int) -> None:
         async with gate:
             while not log.is_final(task_id, index, cfg.eval.max_error_retries):
-                seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
+                # A re-run keeps the attempt's seed, so errors cannot bias which outcomes survive (an
+                # error more likely on long, successful episodes would otherwise swap a success for a
+                # fresh draw); only the injected faults are drawn anew per try.
+                seed = episode_seed(cfg.seed, task_id, index, 0)
+                fault_seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
                 result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
-                                           cfg.eval.max_turns)
+                                           cfg.eval.max_turns, cfg.eval.call_timeout_s, cfg.faults, fault_seed)
                 log.append(result, episode_cost(cfg, result.usage))
             bar.update(1)
 

@@ -3,14 +3,21 @@
 The server is the official SDK's `MCPServer`; the agent side is an `mcp.Client` session: it lists
 the tools (JSON schemas from each function's type hints and docstring) and calls them. In
 process the transport is in-memory; the same server can be run over stdio or HTTP by the SDK.
+
+Where we depart from the SDK: it would check the arguments against its own model and answer a bad
+call with pydantic's multi-line report (and silently drop unknown arguments). Here it passes the
+arguments through untouched and `runtime.invoke` checks them, so an MCP call and a direct call
+(replay, reference solutions) answer alike; the SDK's "Error executing tool NAME: " prefix is
+removed for the same reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -20,7 +27,9 @@ import mcp
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.types import ToolAnnotations
+from pydantic import ConfigDict
 from sqlalchemy import Engine
 
 from tbx.errors import InfraError
@@ -41,12 +50,30 @@ class InfraLog:
     errors: list[str] = field(default_factory=list)
 
 
-def _bind(spec: ToolSpec, engine: Engine | None, infra: InfraLog):  # noqa: ANN202
+class _PassedThrough(ArgModelBase):
+    """The SDK's argument model for every tool: accepts any arguments as sent, so the one check is
+    `invoke`'s."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+_PASS_THROUGH = FuncMetadata(arg_model=_PassedThrough)
+
+
+Gate = Callable[[str], Awaitable[None]]  # runs before a tool's body (injected faults, tbx.faults); may raise InfraError
+
+
+def _bind(spec: ToolSpec, engine: Engine | None, infra: InfraLog, gate: Gate | None = None):  # noqa: ANN202
     signature = inspect.signature(spec.fn)
     params = list(signature.parameters.values())[1:]
 
     async def call(**arguments: Any) -> str:
         try:
+            if gate is not None:
+                await gate(spec.name)
             result = invoke(spec, engine, arguments)
         except InfraError as exc:
             infra.errors.append(str(exc))
@@ -67,23 +94,27 @@ def _prototype(spec: ToolSpec) -> Tool:
     """The MCP tool definition (argument model, JSON schema) of `spec`, built once per process:
     building it is most of a server's start-up cost, and only the bound function differs."""
     annotations = ToolAnnotations(read_only_hint=spec.kind == "read", destructive_hint=spec.kind == "write")
-    return Tool.from_function(_bind(spec, None, InfraLog()), name=spec.name, description=spec.description,
-                              annotations=annotations, structured_output=False)
+    typed = Tool.from_function(_bind(spec, None, InfraLog()), name=spec.name, description=spec.description,
+                               annotations=annotations, structured_output=False)
+    return typed.model_copy(update={"fn_metadata": _PASS_THROUGH})  # the schema stays the typed one
 
 
-def build_server(name: str, specs: Iterable[ToolSpec], engine: Engine, infra: InfraLog) -> MCPServer:
+def build_server(name: str, specs: Iterable[ToolSpec], engine: Engine, infra: InfraLog,
+                 gate: Gate | None = None) -> MCPServer:
     """An MCP server whose tools act on `engine` (one episode's database)."""
-    tools = [_prototype(spec).model_copy(update={"fn": _bind(spec, engine, infra)}) for spec in specs]
+    tools = [_prototype(spec).model_copy(update={"fn": _bind(spec, engine, infra, gate)}) for spec in specs]
     return MCPServer(name, tools=tools, log_level="CRITICAL")
 
 
 class ToolSession:
     """The agent's side: the tool schemas, and calls that return the tool message."""
 
-    def __init__(self, client: mcp.Client, schemas: tuple[ToolSchema, ...], infra: InfraLog):
+    def __init__(self, client: mcp.Client, schemas: tuple[ToolSchema, ...], infra: InfraLog,
+                 timeout_s: float | None = None):
         self._client = client
         self.schemas = schemas
         self.infra = infra
+        self.timeout_s = timeout_s  # a call that takes longer is a harness fault (None: no limit)
         self.calls = 0
         self.errors = 0
         self.seconds = 0.0  # wall time spent in tool calls, MCP round trip included
@@ -92,7 +123,10 @@ class ToolSession:
         self.calls += 1
         start = time.perf_counter()
         try:
-            result = await self._client.call_tool(call.name, call.arguments)
+            async with asyncio.timeout(self.timeout_s):
+                result = await self._client.call_tool(call.name, call.arguments)
+        except TimeoutError as exc:
+            raise InfraError(f"tool {call.name} did not answer within {self.timeout_s} s") from exc
         except mcp.MCPError as exc:  # protocol-level refusal (bad request): the agent's mistake
             self.errors += 1
             return Message(role="tool", content=f"Error: {exc}", tool_call_id=call.id, name=call.name, is_error=True)
@@ -103,19 +137,21 @@ class ToolSession:
         text = "\n".join(getattr(part, "text", "") for part in result.content)
         if result.is_error:
             self.errors += 1
+            text = text.removeprefix(f"Error executing tool {call.name}: ")
             if not text.startswith("Error"):
                 text = f"Error: {text}"
         return Message(role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
 
 
 @asynccontextmanager
-async def open_tool_session(server: MCPServer, infra: InfraLog) -> AsyncIterator[ToolSession]:
+async def open_tool_session(server: MCPServer, infra: InfraLog,
+                            timeout_s: float | None = None) -> AsyncIterator[ToolSession]:
     error: Exception | None = None
     async with mcp.Client(server) as client:
         listed = await client.list_tools()
         schemas = tuple(ToolSchema(t.name, t.description or "", t.input_schema) for t in listed.tools)
         try:
-            yield ToolSession(client, schemas, infra)
+            yield ToolSession(client, schemas, infra, timeout_s)
         except Exception as exc:  # re-raised below, outside the client's task group, which would wrap it
             error = exc
     if error is not None:

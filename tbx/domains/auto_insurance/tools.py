@@ -35,6 +35,7 @@ CONTACT_FIELDS = ("phone", "email", "street")
 COVERAGE_TYPES = ("liability", "collision", "comprehensive", "rental")
 CASE_CATEGORIES = ("claim_late_report", "claim_not_covered", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
+MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _rows(db, query) -> list[dict]:
@@ -84,6 +85,8 @@ def _money(amount: float, name: str = "amount", allow_zero: bool = False) -> Dec
         raise ToolFailure(f"{name} {amount!r} is not a number") from exc
     if not value.is_finite() or value < 0 or (value == 0 and not allow_zero):
         raise ToolFailure(f"{name} must be a number {'of at least' if allow_zero else 'greater than'} zero")
+    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
+        raise ToolFailure(f"{name} {amount} is too large")
     if value != value.quantize(Decimal("0.01")):
         raise ToolFailure(f"{name} {amount} has more than two decimals; give dollars and cents")
     return value

@@ -10,7 +10,7 @@ agent's to follow: the tools would let the agent break them, which is exactly wh
 import datetime as dt
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, update
 
 from tbx.domains.consulting.schema import (
     approval_requests,
@@ -35,6 +35,7 @@ from tbx.tools import ToolFailure, tool
 CASE_CATEGORIES = ("unauthorized_invoice_request", "closed_period_correction", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
 CENT = Decimal("0.01")
+MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _rows(db, query) -> list[dict]:
@@ -71,6 +72,8 @@ def _number(value: float, name: str, allow_zero: bool = False) -> Decimal:
         raise ToolFailure(f"{name} {value!r} is not a number") from exc
     if not number.is_finite() or number < 0 or (number == 0 and not allow_zero):
         raise ToolFailure(f"{name} must be {'zero or more' if allow_zero else 'greater than zero'}")
+    if number.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
+        raise ToolFailure(f"{name} {value} is too large")
     if number != number.quantize(CENT):
         raise ToolFailure(f"{name} {value} has more than two decimals")
     return number
@@ -167,8 +170,10 @@ def find_consultants(db, last_name: str) -> list[dict]:
     Args:
         last_name: The consultant's last name (case does not matter).
     """
-    rows = _rows(db, select(consultants).where(consultants.c.last_name.ilike(last_name.strip()))
-                 .order_by(consultants.c.id))
+    # An equality, not ILIKE: "%" must not list every consultant, and SQLite refuses a LIKE pattern
+    # over 50,000 bytes with an OperationalError (a harness crash) instead of matching nothing.
+    name = func.lower(last_name.strip())  # the database folds case on both sides, as ILIKE did
+    rows = _rows(db, select(consultants).where(func.lower(consultants.c.last_name) == name).order_by(consultants.c.id))
     return [{k: v for k, v in r.items() if k != "email"} for r in rows]
 
 

@@ -32,6 +32,7 @@ LeaveType = Literal["vacation", "sick", "unpaid"]
 CaseCategory = Literal["benefits_exception", "identity_verification_failed", "payroll_query", "other"]
 LEAVE_TYPES, CASE_CATEGORIES = get_args(LeaveType), get_args(CaseCategory)
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
+MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _employee(db, employee_id: int) -> dict:
@@ -60,6 +61,8 @@ def _money(amount: float) -> Decimal:
         value = Decimal(str(amount))
     except InvalidOperation as exc:
         raise ToolFailure(f"amount {amount!r} is not a number") from exc
+    if value.is_finite() and value.adjusted() >= MONEY_DIGITS:  # quantize() would raise on e.g. 1e308
+        raise ToolFailure(f"amount {amount} is too large")
     if not value.is_finite() or value <= 0 or value != value.quantize(Decimal("0.01")):
         raise ToolFailure("amount must be a number greater than zero with at most two decimals")
     return value

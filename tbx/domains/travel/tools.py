@@ -28,6 +28,7 @@ PROFILE_FIELDS = ("phone", "email", "frequent_flyer_number", "hotel_loyalty_numb
 REQUEST_TYPES = ("room_downgrade", "room_upgrade")
 CASE_CATEGORIES = ("nonrefundable_cancellation", "nonrefundable_change", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
+MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _employee(db, employee_id: int) -> dict:
@@ -78,6 +79,8 @@ def _money(amount: float) -> Decimal:
         raise ToolFailure(f"amount {amount!r} is not a number") from exc
     if not value.is_finite() or value <= 0:
         raise ToolFailure("amount must be a number greater than zero")
+    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
+        raise ToolFailure(f"amount {amount} is too large")
     if value != value.quantize(Decimal("0.01")):
         raise ToolFailure(f"amount {amount} has more than two decimals; give dollars and cents")
     return value

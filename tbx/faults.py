@@ -1,0 +1,155 @@
+"""Injected faults: a share of tool calls, harness DB connections, user replies and judge calls fail
+or hang, so that a campaign shows what the harness promises: every such episode ends as an error
+outcome of its site's type, is re-run within `eval.max_error_retries`, and never moves a score.
+
+- `draw` decides one call from a hash of (faults seed, episode seed, site, call index): no global
+  RNG and no clock, so the same campaign injects the same faults, and a re-run of an attempt (a new
+  episode seed) draws afresh.
+- `EpisodeFaults` is one episode's injector: it counts calls per site, records what it injected
+  (the episode stores it in `extra["faults"]`) and wraps the seams: the user session and the judge
+  (wrappers), the MCP tool handlers (`tool_gate`, passed to `build_server`) and the harness's DB
+  connections (`connect` in front of the clone and the grader's reader).
+- A failure raises at once; a hang waits on an event that never fires, and `bounded` (the
+  per-call limit, `eval.call_timeout_s`) turns it into the site's error, the path a real hang takes.
+
+Site -> outcome: tool and db -> infra_error, user -> user_sim_error, judge -> verifier_error.
+With `faults=none` (the default) nothing is wrapped and no call is delayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from tbx.config import FaultsConfig
+from tbx.errors import ConfigError, InfraError
+from tbx.grading.judge import Judge, JudgeVerdict
+from tbx.messages import Message
+from tbx.tasks.model import JudgeRule
+from tbx.users.base import UserSession, UserTurn
+
+SITES = ("tool", "db", "user", "judge")
+SITE_OUTCOMES = {"tool": "infra_error", "db": "infra_error", "user": "user_sim_error", "judge": "verifier_error"}
+
+T = TypeVar("T")
+
+
+class InjectedFault(ConnectionError):
+    """Raised by an injected failure (a connection-like error, as a real client would raise)."""
+
+
+def validate_faults(cfg: FaultsConfig, call_timeout_s: float) -> None:
+    """Rates are shares in [0, 1]; a hang needs a finite per-call limit to end."""
+    source = f"conf/faults/{cfg.name}.yaml"
+    for key in (*SITES, "hang"):
+        value = getattr(cfg, key)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(source, f"faults.{key}", f"is {value}", "give a share between 0 and 1")
+    if not call_timeout_s > 0:
+        raise ConfigError("conf/config.yaml", "eval.call_timeout_s", f"is {call_timeout_s}",
+                          "give a limit in seconds > 0 (a hung call must end)")
+
+
+def _uniforms(seed: int, episode_seed: int, site: str, index: int) -> tuple[float, float]:
+    digest = hashlib.sha256(f"{seed}|{episode_seed}|{site}|{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") / 2**64, int.from_bytes(digest[8:16], "little") / 2**64
+
+
+def draw(cfg: FaultsConfig, episode_seed: int, site: str, index: int) -> str | None:
+    """The fault for call `index` at `site` of the episode seeded `episode_seed`: "fail", "hang" or None."""
+    rate = getattr(cfg, site)
+    if rate <= 0.0:
+        return None
+    hit, kind = _uniforms(cfg.seed, episode_seed, site, index)
+    if hit >= rate:
+        return None
+    return "hang" if kind < cfg.hang else "fail"
+
+
+async def bounded(awaitable: Awaitable[T], timeout_s: float | None, error: type[Exception], what: str) -> T:
+    """Await `awaitable` for at most `timeout_s` (None: no limit); a longer wait raises `error`."""
+    if timeout_s is None:
+        return await awaitable
+    try:
+        async with asyncio.timeout(timeout_s):  # cancels this task at the deadline; no extra task
+            return await awaitable
+    except TimeoutError as exc:
+        raise error(f"{what} did not answer within {timeout_s:g} s") from exc
+
+
+class EpisodeFaults:
+    """One episode's injector; inert when `cfg` is None or every rate is 0."""
+
+    def __init__(self, cfg: FaultsConfig | None, episode_seed: int):
+        self.cfg, self.episode_seed = cfg, episode_seed
+        self.calls: Counter[str] = Counter()
+        self.events: list[dict[str, Any]] = []  # {"site", "kind", "call"} per injected fault
+
+    def active(self, site: str) -> bool:
+        return self.cfg is not None and getattr(self.cfg, site) > 0.0
+
+    async def hit(self, site: str) -> None:
+        """Count one call at `site`; fail or hang it when drawn."""
+        if not self.active(site):
+            return
+        index = self.calls[site]
+        self.calls[site] += 1
+        kind = draw(self.cfg, self.episode_seed, site, index)
+        if kind is None:
+            return
+        self.events.append({"site": site, "kind": kind, "call": index})
+        if kind == "hang":
+            await asyncio.Event().wait()  # until the caller's bound cancels it
+        raise InjectedFault(f"injected fault: {site} call {index} failed")
+
+    async def connect(self, timeout_s: float | None) -> None:
+        """In front of one harness DB connection: an injected failure, or a hang bounded by `timeout_s`."""
+        if self.active("db"):
+            await bounded(self.hit("db"), timeout_s, InfraError, "the database server")
+
+    def tool_gate(self) -> Callable[[str], Awaitable[None]] | None:
+        """For `build_server`: runs before each tool's body; a failure is a tool crash (`InfraError`)."""
+        if not self.active("tool"):
+            return None
+
+        async def gate(name: str) -> None:
+            try:
+                await self.hit("tool")
+            except InjectedFault as exc:
+                raise InfraError(f"tool {name} crashed: {exc}") from exc
+
+        return gate
+
+    def user(self, session: UserSession) -> UserSession:
+        return _FaultyUserSession(session, self) if self.active("user") else session
+
+    def judge(self, judge: Judge | None) -> Judge | None:
+        return _FaultyJudge(judge, self) if judge is not None and self.active("judge") else judge
+
+
+class _FaultyUserSession(UserSession):
+    def __init__(self, inner: UserSession, faults: EpisodeFaults):
+        self.inner, self.faults = inner, faults
+
+    def opening(self) -> str:
+        return self.inner.opening()
+
+    async def reply(self, conversation: Sequence[Message]) -> UserTurn:
+        await self.faults.hit("user")
+        return await self.inner.reply(conversation)
+
+
+class _FaultyJudge(Judge):
+    def __init__(self, inner: Judge, faults: EpisodeFaults):
+        self.inner, self.faults = inner, faults
+        self.name, self.model_name = inner.name, inner.model_name
+
+    async def decide(self, rule: JudgeRule, transcript: Sequence[Message]) -> JudgeVerdict:
+        await self.faults.hit("judge")
+        return await self.inner.decide(rule, transcript)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
