@@ -24,6 +24,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
+from tbx.config_checks import check_composed, check_config, composition_error, config_object
 from tbx.errors import InputError
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 
@@ -60,18 +61,39 @@ def rewrite_aliases(argv: list[str]) -> list[str]:
     return flags + out
 
 
+def precheck(argv: list[str]) -> None:
+    """Compose once before Hydra does: a composition mistake (unknown key or option, wrong type,
+    unparsable override) becomes one line and exit status 2, where Hydra prints several lines and
+    exits 1. Runs with flags (-m, sweeps) are left to Hydra."""
+    if any(arg.startswith("-") for arg in argv):
+        return
+    error = composition_error(Path(__file__).resolve().parent / "conf", "config", argv)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(dict_cfg: DictConfig) -> None:
-    if dict_cfg.show:
-        print(OmegaConf.to_yaml(dict_cfg, resolve=True))
     try:
-        cfg: Config = OmegaConf.to_object(dict_cfg)
+        stray = check_composed(dict_cfg, sys.argv[1:])
+        if stray is not None:
+            raise stray
+        cfg: Config = config_object(dict_cfg)
+        if cfg.show:
+            print(OmegaConf.to_yaml(dict_cfg, resolve=True))
+        else:
+            check_config(cfg)
         plan = plan_for(cfg)
         if cfg.show:
             from tbx.runs import identity_settings, run_name
 
             print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
             print(plan.describe())
+            try:
+                check_config(cfg)
+            except InputError as exc:
+                print(f"# problem (a run would stop here): {exc}")
             return
         result = dispatch(cfg, plan)
     except InputError as exc:
@@ -83,4 +105,5 @@ def main(dict_cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     sys.argv[1:] = rewrite_aliases(with_main_job(sys.argv[1:]))
+    precheck(sys.argv[1:])
     main()

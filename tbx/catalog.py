@@ -50,15 +50,27 @@ class TaskRuntime:
 
 
 def _task_files(path: Path) -> list[Path]:
+    """The task files of `tasks.path`: the file itself, or every task file under the folder. A file
+    in the folder that is a link to somewhere outside it is refused: a task set stays in its folder."""
     if path.is_dir():
-        return sorted(p for p in path.rglob("*") if p.suffix in TASK_FILE_SUFFIXES)
+        files = sorted(p for p in path.rglob("*") if p.suffix in TASK_FILE_SUFFIXES)
+        root = path.resolve()
+        for file in files:
+            target = file.resolve()
+            if not target.is_relative_to(root):
+                raise TaskFormatError(str(file), "tasks.path", f"is a link to {target}, outside the task folder {root}",
+                                      "copy the file into the folder, or give its own path as tasks.path")
+        return files
     if not path.exists():
         raise TaskFormatError(str(path), "tasks.path", "does not exist", "give an existing task file or folder")
     return [path]
 
 
 def load_domain_task(data: object, source: str) -> Task:
-    if not isinstance(data, dict) or not isinstance(data.get("domain"), str):
+    if not isinstance(data, dict):
+        raise TaskFormatError(source, "(task)", f"expected a mapping of fields, got {type(data).__name__} "
+                              f"{data!r:.60}", "write each task as a mapping (id:, domain:, split:, user:, ...)")
+    if not isinstance(data.get("domain"), str):
         raise TaskFormatError(source, "domain", "missing", f"add 'domain:' with one of {domain_names()}")
     if data["domain"] not in domain_names():
         raise TaskFormatError(source, "domain", f"unknown domain {data['domain']!r}",

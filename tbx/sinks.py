@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tbx.config import Config
+from tbx.errors import ConfigError
 
 SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)
 
@@ -88,7 +89,9 @@ class WandbSink(Sink):
 def open_sink(cfg: Config, run_dir: Path, name: str, group: str) -> Sink:
     if cfg.logger.kind == "wandb":
         return WandbSink(cfg, run_dir, name, group)
-    return NullSink()
+    if cfg.logger.kind == "none":
+        return NullSink()
+    raise ConfigError("conf/logger", "logger.kind", f"is {cfg.logger.kind!r}", "use one of wandb, none")
 
 
 @contextmanager

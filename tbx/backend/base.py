@@ -5,6 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import Any
 
 from sqlalchemy import Engine, MetaData, insert
@@ -51,9 +52,10 @@ def fill(engine: Engine, metadata: MetaData, rows: Mapping[str, Sequence[dict[st
     metadata.create_all(engine)
     with engine.begin() as conn:
         for table in metadata.sorted_tables:
-            table_rows = rows.get(table.name)
-            if table_rows:
-                conn.execute(insert(table), [dict(r) for r in table_rows])
+            # one statement per run of rows naming the same columns: a task's row may leave out
+            # columns (their defaults apply) that the base rows give; the order is kept
+            for _, run in groupby(rows.get(table.name) or (), key=lambda row: tuple(sorted(row))):
+                conn.execute(insert(table), [dict(r) for r in run])
 
 
 def make_backend(kind: str, url: str | None, workdir: str) -> Backend:

@@ -89,7 +89,8 @@ class StageJob(Checkpointable):
         try:
             return run_stage(self.cfg)
         except InputError as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            if "SUBMITIT_LOCAL_JOB_ID" in os.environ or "SLURM_JOB_ID" in os.environ:  # the job's log; here
+                print(f"error: {exc}", file=sys.stderr)  # in launch.py's process, launch.py prints it once
             return StageFailure(type(exc), exc.source, exc.field, exc.problem, exc.fix)
 
 

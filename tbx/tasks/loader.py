@@ -2,11 +2,16 @@
 
 Every mistake names the file, the field and the fix. Checks that need the domain (does the
 tool exist? the table?) happen in `tbx.catalog`, which knows the domains.
+
+A task file is self-contained: it never refers to another file, so it cannot reach outside its
+folder. A field given as a file name (`policy: ../shared/policy.md`, `seed: /data/rows.yaml`)
+would otherwise be taken as literal text or fail later with a type error; it is refused here.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,8 @@ from tbx.tasks.model import Checks, ExpectedChange, JudgeRule, PrivateFact, Step
 REQUIRED = ("id", "domain", "split", "user", "reference")
 KNOWN = set(REQUIRED) | {"family", "policy", "seed", "tools", "checks", "turn_limit"}
 DEFAULT_TURN_LIMIT = 30
+INLINE = ("policy", "user", "seed", "reference", "checks", "tools")  # fields whose content lives in the task
+_FILE_LIKE = re.compile(r"^(~|file:|\.{0,2}/)|/|\.(md|txt|ya?ml|jsonl?|csv|sql|sqlite)$", re.IGNORECASE)
 
 
 def _fail(source: str, field: str, problem: str, fix: str) -> TaskFormatError:
@@ -41,6 +48,18 @@ def _text(data: dict, key: str, source: str, prefix: str, required: bool = True)
     if required and not value.strip():
         raise _fail(source, field, "empty", f"give '{key}' a non-empty string")
     return value
+
+
+def _refuse_file_reference(value: Any, source: str, field: str) -> None:
+    """A one-word string that names a file (`../x.md`, `/abs/rows.yaml`, `policy.md`) where content belongs."""
+    text = value.strip() if isinstance(value, str) else ""
+    if not text or any(c.isspace() for c in text) or not _FILE_LIKE.search(text):
+        return
+    fix = f"write the {field} inline in the task file"
+    if field == "policy":
+        fix += " (a YAML block: policy: |), or leave it out for the domain's policy.md"
+    raise _fail(source, field, f"{text!r} looks like a file; a task file never refers to other files (nothing "
+                "outside its folder, no relative or absolute paths)", fix)
 
 
 def _user(data: Any, source: str) -> UserScenario:
@@ -143,6 +162,13 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
     unknown = set(data) - KNOWN
     if unknown:
         raise _fail(source, sorted(unknown)[0], "unknown field", f"remove it or use one of {sorted(KNOWN)}")
+    for key in INLINE:
+        _refuse_file_reference(data.get(key), source, key)
+    seed_data = data.get("seed")
+    if isinstance(seed_data, dict):
+        _refuse_file_reference(seed_data.get("rows"), source, "seed.rows")
+    if isinstance(data.get("checks"), dict):
+        _refuse_file_reference(data["checks"].get("expected"), source, "checks.expected")
     task_id = _text(data, "id", source, "")
     if ".." in task_id or task_id.startswith("/"):
         raise _fail(source, "id", f"{task_id!r} looks like a path", "use letters, digits, '-', '_' and '/'")
@@ -161,7 +187,7 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
     turn_limit = data.get("turn_limit", DEFAULT_TURN_LIMIT)
     if not isinstance(turn_limit, int) or isinstance(turn_limit, bool) or turn_limit < 1:
         raise _fail(source, "turn_limit", f"is {turn_limit!r}", "give a positive integer")
-    policy = data.get("policy") or policy_text
+    policy = _expect(data.get("policy") or policy_text, str, source, "policy", "give the policy text as a string")
     return Task(
         id=task_id,
         domain=_text(data, "domain", source, ""),

@@ -1,0 +1,363 @@
+"""Checks of the configuration before anything runs: every mistake a user can make in a config group
+or on the command line becomes one `ConfigError` naming the file, the field and the fix, which
+`launch.py` prints as one line and exits with status 2.
+
+In the order launch.py meets them:
+- `composition_error`: composes the config once before Hydra does and turns what Hydra and
+  OmegaConf raise (an unknown key, a wrong type, an unknown group option, an override that does not
+  parse, a mistake inside an option file) into a ConfigError; Hydra itself would print several
+  lines and exit with status 1.
+- `check_composed`: what composition lets through. Keys added with `+key=value` that the typed
+  schema lacks (`OmegaConf.to_object` drops them without a word, so `+eval.attemps=3` would do
+  nothing), and a secret written into the config (`+extra.api_key=sk-...`), which would be saved
+  with the run and sent to W&B: keys are only ever named by their environment variable.
+- `config_object`: `OmegaConf.to_object`, its errors (an unresolvable `${oc.env:...}`) as ConfigError.
+- `check_config`: values a type cannot express, checked only where the stage uses them: enums
+  (model.kind, backend.kind, logger.kind, ...), counts, band edges and pool ranges, the endpoints
+  the run will call (URL, model, the key's environment variable: its name, never its value), a W&B
+  login for online logging, and the task path.
+
+Pure apart from `composition_error` (it composes) and the environment reads of `check_config`
+(does the task path exist, is the key's variable set, is there a W&B login).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import tbx.config as tbx_config
+from tbx.config import Config, EndpointConfig
+from tbx.errors import ConfigError
+
+CONFIG = "conf/config.yaml"
+EPISODE_STAGES = ("eval", "probe", "train", "pipeline")  # stages that play episodes: policy and user run
+TASK_STAGES = ("eval", "probe", "validate", "pipeline")  # stages that load a task set
+POOL_STAGES = ("probe", "select", "pipeline")  # stages that decide pool membership from band edges
+TRAIN_STAGES = ("train", "pipeline")
+MODEL_POLICY = "tbx.policies.model.from_config"
+LLM_USER = "tbx.users.llm.LLMUser"
+LLM_JUDGE = "tbx.grading.judge_llm.LLMJudge"
+_SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.sinks redacts for W&B
+_IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)", re.S)
+_FULL_KEY = re.compile(r"full_key: (\S+)")
+_OBJECT_TYPE = re.compile(r"object_type=(\w+)")
+ENUMS = {  # field -> allowed values; where a field's option file is, see `_source`
+    "model.kind": ("local", "openai"),
+    "model.tool_format": ("json", "compact"),
+    "backend.kind": ("sqlite", "postgres"),
+    "logger.kind": ("wandb", "none"),
+    "logger.mode": ("offline", "online", "disabled"),
+    "grpo.trainer": ("native", "verl"),
+    "pool.finetune": ("full", "lora"),
+    "probe.rule": ("predictive", "band_mass"),
+}
+
+
+# --- composition ----------------------------------------------------------------------------------------------
+
+def composition_error(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> ConfigError | None:
+    """Compose `config_name` with `overrides` as Hydra would; the first mistake as a ConfigError, or None."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    try:
+        with initialize_config_dir(str(Path(config_dir).resolve()), version_base="1.3"):
+            dict_cfg = compose(config_name, overrides=list(overrides))
+    except HydraException as exc:
+        return translate(exc, overrides)
+    return check_composed(dict_cfg, overrides)
+
+
+def check_composed(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:
+    """What composition lets through: keys the schema lacks, and a secret written into the config."""
+    return unknown_keys(dict_cfg, overrides) or secret_value(dict_cfg, overrides)
+
+
+def _override_for(key: str, overrides: Sequence[str]) -> str | None:
+    for override in overrides:
+        name = override.partition("=")[0].lstrip("+~")
+        if name == key or key.startswith(name + ".") or key.startswith(name + "["):
+            return override
+    return None
+
+
+def _source(key: str, overrides: Sequence[str]) -> str:
+    override = _override_for(key, overrides)
+    return f"command line '{override}'" if override else CONFIG
+
+
+def _schema_fields(schema: Any) -> dict[str, Any]:
+    return {f.name: f.type for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+
+
+def translate(exc: Exception, overrides: Sequence[str]) -> ConfigError:
+    """A Hydra/OmegaConf composition error as a ConfigError (pure)."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError, ValidationError
+
+    cause = exc.__cause__
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, MissingConfigException):
+        group, _, option = (exc.missing_cfg_file or "").rpartition("/")
+        options = [o for o in exc.options or () if not o.endswith("_schema")]
+        if not group:
+            return ConfigError(f"conf/{option}.yaml", option, "no such config file", "check --config-name")
+        return ConfigError(f"conf/{group}/{option}.yaml", group, f"no option {option!r}",
+                           f"use one of {', '.join(options)} ({group}=NAME picks conf/{group}/NAME.yaml)")
+    if isinstance(exc, OverrideParseException):
+        key = exc.override.partition("=")[0] if exc.override else "(override)"
+        detail = str(exc).strip().splitlines()
+        return ConfigError(f"command line '{exc.override}'", key, "cannot be parsed"
+                           + (f" ({detail[1].strip()})" if len(detail) > 1 else ""),
+                           "write key=value; quote a value with spaces or brackets: key='a b'")
+    if first.startswith("Ambiguous value for argument"):
+        override = first.partition("'")[2].rpartition("'")[0]
+        key, _, value = override.partition("=")
+        return ConfigError(f"command line '{override}'", key, "holds commas",
+                           f"a list: {key}=[{value}]; one string: {key}='{value}'; a sweep over the values: add -m")
+    in_file = _IN_FILE.match(str(exc).strip())
+    if in_file:  # a mistake inside an option file: Hydra keeps only the message
+        option, kind, detail = in_file.groups()
+        key, schema = _FULL_KEY.search(detail), _OBJECT_TYPE.search(detail)
+        schema_type = getattr(tbx_config, schema.group(1), None) if schema else None
+        source, field = f"conf/{option}.yaml", key.group(1) if key else "(file)"
+        if kind in ("ConfigKeyError", "ConfigAttributeError") and key:
+            error = _unknown_key_error(field, schema_type, ())
+            return ConfigError(source, field, error.problem, error.fix)
+        declared = _schema_fields(schema_type).get(field.rpartition(".")[2])
+        return ConfigError(source, field, detail.strip().splitlines()[0].rstrip("."),
+                           f"give {field} a value of type {declared}" if declared else "fix the value in the file")
+    if isinstance(cause, ConfigAttributeError | ConfigKeyError) and getattr(cause, "full_key", None):
+        return _unknown_key_error(cause.full_key, getattr(cause, "object_type", None), overrides)
+    if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
+        key, schema = cause.full_key, getattr(cause, "object_type", None)
+        declared = _schema_fields(schema).get(key.rpartition(".")[2])
+        where = f"tbx/config.py {schema.__name__}" if dataclasses.is_dataclass(schema) else "tbx/config.py"
+        wanted = f"a value of type {declared}" if declared else "a value of the declared type"
+        return ConfigError(_source(key, overrides), key, str(cause).strip().splitlines()[0].rstrip("."),
+                           f"give {key} {wanted} (declared in {where})")
+    return ConfigError(CONFIG, "(composition)", first, "check the overrides and the option files they name")
+
+
+def _unknown_key_error(key: str, schema: Any, overrides: Sequence[str]) -> ConfigError:
+    prefix, _, name = key.rpartition(".")
+    fields = sorted(_schema_fields(schema))
+    close = difflib.get_close_matches(name, fields, n=1)
+    full = f"{prefix}.{close[0]}" if prefix and close else (close[0] if close else None)
+    where = f"tbx/config.py {schema.__name__}" if dataclasses.is_dataclass(schema) else "tbx/config.py"
+    listing = f"{'t' if full else 'T'}he keys of {prefix or 'the config'} ({where}): {', '.join(fields)}"
+    return ConfigError(_source(key, overrides), key, "unknown key",
+                       (f"did you mean {full}? " if full else "") + listing)
+
+
+def unknown_keys(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:
+    """The first key of the composed config that its typed schema does not declare (added with
+    `+key=...`); free-form fields (`extra`) may hold anything."""
+    from omegaconf import DictConfig, OmegaConf
+
+    def walk(node: Any, path: str) -> ConfigError | None:
+        if not isinstance(node, DictConfig):
+            return None
+        schema = OmegaConf.get_type(node)
+        fields = _schema_fields(schema)
+        for key in node.keys():
+            full = f"{path}.{key}" if path else str(key)
+            if fields and key not in fields:
+                return _unknown_key_error(full, schema, overrides)
+            found = walk(node._get_node(key), full) if fields else None
+            if found:
+                return found
+        return None
+
+    return walk(dict_cfg, "")
+
+
+def config_object(dict_cfg: Any) -> Config:
+    """`OmegaConf.to_object`, with its errors (an interpolation that does not resolve, such as an
+    unset `${oc.env:VAR}`) as a ConfigError naming the key."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(dict_cfg)
+    except OmegaConfBaseException as exc:
+        key = getattr(exc, "full_key", None) or "(config)"
+        raise ConfigError(CONFIG, key, str(exc).strip().splitlines()[0].rstrip("."),
+                          "fix the value or the interpolation it uses (e.g. export the variable ${oc.env:...} reads)"
+                          ) from None
+
+
+def secret_value(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:
+    """A key that names a secret (`api_key`, `token`, `secret`, `password`) holding a value: the
+    config is saved with the run (config.yaml, .hydra/) and sent to W&B, so a key is only ever
+    named by its environment variable. The value itself is never repeated."""
+    from omegaconf import DictConfig, ListConfig
+
+    def walk(node: Any, path: str) -> ConfigError | None:
+        items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else \
+            enumerate(node) if isinstance(node, ListConfig) else ()
+        for key, value in items:
+            full = f"{path}.{key}" if path else str(key)
+            if isinstance(value, DictConfig | ListConfig):
+                found = walk(value, full)
+                if found:
+                    return found
+            elif _SECRET.search(str(key)) and isinstance(value, str) and value.strip():
+                return ConfigError("command line" if _override_for(full, overrides) else CONFIG, full,
+                                   "holds a secret; the config is saved with the run and sent to W&B",
+                                   "remove it, put the key in an environment variable and name that variable "
+                                   "(e.g. model.endpoint.api_key_env=MY_KEY_VAR)")
+        return None
+
+    return walk(dict_cfg, "")
+
+
+# --- values ---------------------------------------------------------------------------------------------------
+
+def _option_file(cfg: Config, key: str) -> str:
+    group = key.partition(".")[0]
+    names = {"model": cfg.model.name, "pool": cfg.pool.name, "tasks": cfg.tasks.name, "user": cfg.user.name,
+             "judge": cfg.judge.name, "hardware": cfg.hardware.name}
+    if group in names:
+        return f"conf/{group}/{names[group]}.yaml"
+    if group in ("backend", "logger", "grpo", "difficulty", "stage", "policy"):
+        return f"conf/{group}"
+    return CONFIG
+
+
+def _value(cfg: Config, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _fail(cfg: Config, key: str, problem: str, fix: str) -> ConfigError:
+    return ConfigError(_option_file(cfg, key), key, problem, fix)
+
+
+def check_config(cfg: Config) -> None:
+    """Raise the first mistake among the settings this stage uses, as a ConfigError."""
+    stage = cfg.stage.name
+    for key, allowed in ENUMS.items():
+        value = _value(cfg, key)
+        if value not in allowed:
+            raise _fail(cfg, key, f"is {value!r}", f"use one of {', '.join(allowed)}")
+    if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
+        raise _fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
+                    "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
+    if cfg.backend.kind == "postgres" and not cfg.backend.url:
+        raise _fail(cfg, "backend.url", "is empty", "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
+    _check_counts(cfg, stage)
+    if stage in POOL_STAGES:
+        _check_bands(cfg)
+    if stage in TASK_STAGES:
+        _check_tasks(cfg)
+    for key, endpoint in _endpoints_used(cfg, stage):
+        _check_endpoint(cfg, key, endpoint)
+
+
+def _wandb_login() -> bool:
+    """Whether W&B can log in without asking: a key in the environment or a login in ~/.netrc."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def _at_least(cfg: Config, key: str, low: int) -> None:
+    value = _value(cfg, key)
+    if value is None or value < low:
+        raise _fail(cfg, key, f"is {value}", f"give {key} >= {low}")
+
+
+def _check_counts(cfg: Config, stage: str) -> None:
+    if stage == "eval":
+        for key in ("eval.attempts", "eval.concurrency"):
+            _at_least(cfg, key, 1)
+    if stage in ("eval", "probe", "pipeline"):
+        _at_least(cfg, "eval.max_error_retries", 0)
+        if cfg.eval.max_turns is not None:
+            _at_least(cfg, "eval.max_turns", 1)
+    if stage in ("probe", "pipeline"):
+        for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
+            _at_least(cfg, key, 1)
+        if not 0.0 <= cfg.probe.threshold <= 1.0:
+            raise _fail(cfg, "probe.threshold", f"is {cfg.probe.threshold}", "give a value in [0, 1]")
+    if stage in TRAIN_STAGES:
+        if cfg.grpo.group_size < 2:
+            raise _fail(cfg, "grpo.group_size", f"is {cfg.grpo.group_size}: a group of one has no relative advantage",
+                        "give grpo.group_size >= 2 (the reference uses 8)")
+        for key in ("grpo.groups_per_step", "grpo.steps", "grpo.save_every", "grpo.micro_batch_size"):
+            _at_least(cfg, key, 1)
+        if cfg.grpo.lr <= 0:
+            raise _fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
+    if stage == "pipeline":
+        _at_least(cfg, "pipeline.eval_attempts", 1)
+
+
+def _check_bands(cfg: Config) -> None:
+    """Band edges sorted from 0 to 1, one name per band, and every pool range end on an edge."""
+    from tbx.difficulty import validate_band_names, validate_edges
+    from tbx.pool import PoolStrategy, kept_bands
+
+    try:
+        edges = validate_edges(cfg.difficulty.edges)
+    except ConfigError as exc:
+        raise _fail(cfg, "difficulty.edges", exc.problem, exc.fix) from None
+    try:
+        validate_band_names(cfg.difficulty.names, edges)
+    except ConfigError as exc:
+        raise _fail(cfg, "difficulty.names", exc.problem, exc.fix) from None
+    try:
+        kept_bands(PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges)), edges)
+    except ConfigError as exc:
+        raise _fail(cfg, "pool.keep_ranges", exc.problem, exc.fix) from None
+
+
+def _check_tasks(cfg: Config) -> None:
+    from tbx.domains import domain_names
+
+    tasks = cfg.tasks
+    for name in tasks.domains:
+        if name not in domain_names():
+            raise _fail(cfg, "tasks.domains", f"names the unknown domain {name!r}",
+                        f"use domains of {', '.join(domain_names())}")
+    if not tasks.domains and not tasks.path:
+        raise _fail(cfg, "tasks.path", "is not set and no bundled domain is named",
+                    "give tasks.path=FILE_OR_DIR, or pick a bundled set (tasks=travel, tasks=sample)")
+    if tasks.path and not Path(tasks.path).expanduser().exists():  # the file named is the one missing
+        raise ConfigError(tasks.path, "tasks.path", "does not exist",
+                          f"give an existing task file or folder (tasks.path, set for tasks={tasks.name})")
+
+
+def _endpoints_used(cfg: Config, stage: str) -> list[tuple[str, EndpointConfig]]:
+    used = []
+    if stage in EPISODE_STAGES:
+        if cfg.policy._target_ == MODEL_POLICY and cfg.model.kind == "openai":
+            used.append(("model.endpoint", cfg.model.endpoint))
+        if cfg.user._target_ == LLM_USER:
+            used.append(("user.endpoint", cfg.user.endpoint))
+    if stage in (*EPISODE_STAGES, "validate", "regrade") and cfg.judge._target_ == LLM_JUDGE:
+        used.append(("judge.endpoint", cfg.judge.endpoint))
+    return used
+
+
+def _check_endpoint(cfg: Config, key: str, endpoint: EndpointConfig) -> None:
+    if not endpoint.base_url:
+        raise _fail(cfg, f"{key}.base_url", "is not set", f"give {key}.base_url=http://HOST:PORT/v1")
+    if not endpoint.model:
+        raise _fail(cfg, f"{key}.model", "is not set", f"give {key}.model=NAME (the name the server serves)")
+    variable = endpoint.api_key_env
+    if variable and not os.environ.get(variable):
+        raise _fail(cfg, f"{key}.api_key_env", f"names the environment variable {variable}, which is not set",
+                    f"export {variable}=<key> before launching, or {key}.api_key_env=null for a server without a key")

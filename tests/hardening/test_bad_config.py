@@ -1,0 +1,335 @@
+"""Every mistake a user can make in a config group, on the command line or in a task file stops with
+one error naming the file, the field and the fix; `launch.py` prints it as one line, exits with
+status 2, and has touched nothing (a run already in the folder is kept as it was).
+
+Config mistakes go through real Hydra composition (`tbx.config_checks.composition_error`, what
+launch.py runs first) and the value checks (`check_config`); a few go through `launch.py` itself.
+Task-file mistakes add the cases `tests/tasks/test_loader.py` does not cover.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tbx.backend import make_backend
+from tbx.catalog import prepare_task, resolve_tasks
+from tbx.config import TasksConfig
+from tbx.config_checks import check_config, composition_error
+from tbx.domains import get_domain
+from tbx.errors import ConfigError, TaskFormatError
+from tests.launch import compose_cfg
+from tests.test_compose_all import OPTIONS, REQUIRED
+
+ROOT = Path(__file__).resolve().parents[2]
+CONF = ROOT / "conf"
+
+
+# --- composition: keys, types, options, overrides ---------------------------------------------------------------
+
+@pytest.mark.parametrize(("overrides", "source", "field", "fix"), [
+    (["eval.attemps=3"], "command line 'eval.attemps=3'", "eval.attemps", "did you mean eval.attempts?"),
+    (["+eval.attemps=3"], "command line '+eval.attemps=3'", "eval.attemps", "did you mean eval.attempts?"),
+    (["modle=openai_endpoint"], "command line 'modle=openai_endpoint'", "modle", "did you mean model?"),
+    (["model.endpoint.nope=1"], "command line 'model.endpoint.nope=1'", "model.endpoint.nope", "EndpointConfig"),
+    (["+colour=red"], "command line '+colour=red'", "colour", "The keys of the config"),
+    (["eval.attempts=abc"], "command line 'eval.attempts=abc'", "eval.attempts", "type int"),
+    (["difficulty.edges=abc"], "command line 'difficulty.edges=abc'", "difficulty.edges", "type list[float]"),
+    (["model=nope"], "conf/model/nope.yaml", "model", "openai_endpoint, smollm2_135m"),
+    (["logger=wandb"], "conf/logger/wandb.yaml", "logger", "none, wandb_offline, wandb_online"),
+    (["eval.attempts=3)"], "command line 'eval.attempts=3)'", "eval.attempts", "key=value"),
+    (["policy=oracle,null_agent"], "command line 'policy=oracle,null_agent'", "policy", "add -m"),
+])
+def test_composition_mistake_names_file_field_and_fix(overrides, source, field, fix):
+    error = composition_error(CONF, "config", overrides)
+    assert isinstance(error, ConfigError), error
+    assert (error.source, error.field) == (source, field) and fix in error.fix, str(error)
+
+
+def test_free_form_extra_keys_are_not_mistakes():
+    assert composition_error(CONF, "config", ["stage=eval", "+extra.note=baseline"]) is None
+
+
+@pytest.mark.parametrize(("name", "text", "source", "field", "fix"), [
+    ("experiment/mine.yaml", "# @package _global_\neval:\n  attemps: 3\n", "conf/experiment/mine.yaml",
+     "eval.attemps", "did you mean eval.attempts?"),
+    ("model/mine.yaml", "name: mine\nkind: local\nmax_new_tokenz: 5\n", "conf/model/mine.yaml",
+     "model.max_new_tokenz", "did you mean model.max_new_tokens?"),
+    ("tasks/mine.yaml", "name: mine\ndomains: [mock]\nlimit: some\n", "conf/tasks/mine.yaml", "tasks.limit", "int"),
+])
+def test_a_mistake_inside_an_option_file_names_that_file(tmp_path, name, text, source, field, fix):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / name).write_text(text)
+    group, option = name.removesuffix(".yaml").split("/")
+    error = composition_error(conf, "config", [f"{group}={option}"])
+    assert isinstance(error, ConfigError), error
+    assert (error.source, error.field) == (source, field) and fix in error.fix, str(error)
+
+
+# --- values the types cannot express ----------------------------------------------------------------------------
+
+URL = "http://127.0.0.1:9/v1"
+ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={URL}", "model.endpoint.model=m"]
+
+
+@pytest.mark.parametrize(("overrides", "source", "field", "fix"), [
+    (["model.kind=remote"], "conf/model/smollm2_135m.yaml", "model.kind", "local, openai"),
+    (["model.tool_format=yaml"], "conf/model/smollm2_135m.yaml", "model.tool_format", "json, compact"),
+    (["backend.kind=mysql"], "conf/backend", "backend.kind", "sqlite, postgres"),
+    (["backend=postgres"], "conf/backend", "backend.url", "postgresql+psycopg://"),
+    (["logger.kind=tensorboard"], "conf/logger", "logger.kind", "wandb, none"),
+    (["logger.mode=sideways"], "conf/logger", "logger.mode", "offline, online, disabled"),
+    (["stage=train", "grpo.trainer=deepspeed"], "conf/grpo", "grpo.trainer", "native, verl"),
+    (["pool=lora", "pool.finetune=qlora"], "conf/pool/lora.yaml", "pool.finetune", "full, lora"),
+    (["stage=probe", "probe.rule=vibes"], "conf/config.yaml", "probe.rule", "predictive, band_mass"),
+    (["stage=select", "pool.keep_ranges=[[0.1,0.9]]"], "conf/pool/full_param.yaml", "pool.keep_ranges",
+     "one of the band edges"),
+    (["stage=probe", "difficulty.edges=[0,0.3,0.08,0.6,0.9,1]"], "conf/difficulty", "difficulty.edges",
+     "sort the edges"),
+    (["stage=select", "difficulty.edges=[0,0.5,1]"], "conf/difficulty", "difficulty.names", "one name per band"),
+    (["stage=probe", "probe.attempts=0"], "conf/config.yaml", "probe.attempts", "probe.attempts >= 1"),
+    (["stage=probe", "probe.threshold=1.5"], "conf/config.yaml", "probe.threshold", "[0, 1]"),
+    (["stage=train", "grpo.group_size=1"], "conf/grpo", "grpo.group_size", "grpo.group_size >= 2"),
+    (["stage=train", "grpo.lr=0"], "conf/grpo", "grpo.lr", "positive learning rate"),
+    (["stage=eval", "eval.attempts=0"], "conf/config.yaml", "eval.attempts", "eval.attempts >= 1"),
+    (["stage=eval", "eval.max_turns=0"], "conf/config.yaml", "eval.max_turns", "eval.max_turns >= 1"),
+    (["stage=eval", "policy=model", "model=openai_endpoint"], "conf/model/openai_endpoint.yaml",
+     "model.endpoint.base_url", "model.endpoint.base_url=http://HOST:PORT/v1"),
+    (["stage=eval", *ENDPOINT[:3]], "conf/model/openai_endpoint.yaml", "model.endpoint.model", "model.endpoint.model="),
+    (["stage=eval", *ENDPOINT], "conf/model/openai_endpoint.yaml", "model.endpoint.api_key_env",
+     "export OPENAI_API_KEY=<key>"),
+    (["stage=eval", "user=llm"], "conf/user/llm.yaml", "user.endpoint.base_url", "user.endpoint.base_url="),
+    (["stage=validate", "judge=llm"], "conf/judge/llm.yaml", "judge.endpoint.base_url", "judge.endpoint.base_url="),
+    (["stage=eval", "tasks=files"], "conf/tasks/files.yaml", "tasks.path", "tasks.path=FILE_OR_DIR"),
+    (["stage=eval", "tasks=files", "tasks.path=/nonexistent/tasks"], "/nonexistent/tasks", "tasks.path",
+     "an existing task file or folder"),
+    (["stage=eval", "tasks.domains=[travel,airline]"], "conf/tasks/travel.yaml", "tasks.domains", "retail"),
+])
+def test_value_mistake_names_file_field_and_fix(monkeypatch, overrides, source, field, fix):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as error:
+        check_config(compose_cfg(*overrides))
+    assert (error.value.source, error.value.field) == (source, field) and fix in error.value.fix, str(error.value)
+
+
+def test_wandb_online_needs_a_login(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    with pytest.raises(ConfigError) as error:
+        check_config(compose_cfg("stage=eval", "logger=wandb_online"))
+    assert (error.value.source, error.value.field) == ("conf/logger", "logger.mode")
+    assert "export WANDB_API_KEY=<key>" in error.value.fix
+    (tmp_path / "netrc").write_text("machine api.wandb.ai\n  login user\n  password secret\n")
+    check_config(compose_cfg("stage=eval", "logger=wandb_online"))
+    monkeypatch.setenv("WANDB_API_KEY", "set")
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    check_config(compose_cfg("stage=eval", "logger=wandb_online"))
+
+
+def test_the_key_variable_is_named_never_its_value(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-never-shown-1234")
+    check_config(compose_cfg("stage=eval", *ENDPOINT))  # set: fine
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    with pytest.raises(ConfigError) as error:
+        check_config(compose_cfg("stage=eval", *ENDPOINT, "model.endpoint.api_key_env=TBX_TEST_KEY_NOT_SET"))
+    assert "TBX_TEST_KEY_NOT_SET" in str(error.value) and "sk-never" not in str(error.value)
+
+
+@pytest.mark.parametrize("overrides", [
+    ["stage=select", "user=llm", "judge=llm", "model=openai_endpoint"],  # select plays no episode
+    ["stage=eval", "pool.keep_ranges=[[0.1,0.9]]", "grpo.group_size=1"],  # eval selects no pool, trains nothing
+    ["stage=report", "tasks=files"],  # report reads runs, not tasks
+])
+def test_settings_a_stage_does_not_use_do_not_stop_it(overrides):
+    check_config(compose_cfg(*overrides))
+
+
+CHECKED = [(g, o) for g, o in OPTIONS if g != "hardware" and (g != "tasks" or o in ("bench", "train", "files"))]
+
+
+@pytest.mark.parametrize(("group", "option"), CHECKED, ids=[f"{g}={o}" for g, o in CHECKED])
+def test_every_shipped_option_passes_the_checks_of_its_stage(monkeypatch, group, option):
+    """(hardware is the plan's to check, tests/launch; bench and train name every bundled domain)"""
+    monkeypatch.setenv("OPENAI_API_KEY", "set")
+    monkeypatch.setenv("WANDB_API_KEY", "set")
+    given = ["user.endpoint.base_url=" + URL, "user.endpoint.model=m", "judge.endpoint.base_url=" + URL,
+             "judge.endpoint.model=m", *REQUIRED.get((group, option), []), "tasks.path=" + str(CONF)]
+    check_config(compose_cfg(f"{group}={option}", *given))
+
+
+# --- launch.py: one line, status 2, nothing lost ----------------------------------------------------------------
+
+def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def error_lines(out: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in out.stderr.splitlines() if line.strip() and "%|" not in line]  # progress bars aside
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_launch_prints_one_line_and_exits_2_without_touching_a_finished_run(tmp_path):
+    from tests.stages.test_eval_regrade import make_cfg, run
+
+    base = ["stage=eval", "tasks=mock", "policy=oracle", "logger=none", f"out_root={tmp_path}/outputs",
+            f"backend.workdir={tmp_path}/db"]
+    run_dir = Path(run(make_cfg(tmp_path, *base[:3]))["run_dir"])
+    assert run_dir.parent == tmp_path / "outputs"
+    before = digest(run_dir)
+    # the same run (same identity) with a logger mistake: stopped before anything ran
+    late = launch(*base, "logger.kind=tensorboard")
+    assert late.returncode == 2 and error_lines(late) == [
+        "error: conf/logger: field 'logger.kind': is 'tensorboard'. Fix: use one of wandb, none"]
+    assert digest(run_dir) == before
+    typo = launch(*base, "eval.attemps=3")  # Hydra alone: several lines and status 1
+    assert typo.returncode == 2 and len(error_lines(typo)) == 1 and "Traceback" not in typo.stderr
+    assert error_lines(typo)[0].startswith("error: command line 'eval.attemps=3': field 'eval.attemps': unknown key.")
+    assert digest(run_dir) == before
+
+
+def test_a_task_file_mistake_found_inside_the_stage_is_printed_once(tmp_path):
+    task = dict(get_domain("mock").generate_tasks(0)[0], turn_limit=0)
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(task))
+    out = launch("stage=eval", f"tasks.path={tmp_path / 'bad.yaml'}", "tasks=files", "policy=oracle", "logger=none",
+                 f"out_root={tmp_path}/out", f"backend.workdir={tmp_path}/db")
+    assert out.returncode == 2, out.stderr
+    assert error_lines(out) == [f"error: {tmp_path / 'bad.yaml'}: field 'turn_limit': is 0. Fix: give a positive integer"]
+
+
+# --- task files: the cases tests/tasks/test_loader.py does not cover ---------------------------------------------
+
+def good_task() -> dict:
+    return json.loads(json.dumps(get_domain("mock").generate_tasks(0)[0]))
+
+
+def edit(path: list, value=None, delete: bool = False):  # noqa: ANN001, ANN201
+    def change(task: dict) -> None:
+        node = task
+        for key in path[:-1]:
+            node = node[key]
+        if delete:
+            del node[path[-1]]
+        else:
+            node[path[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize(("change", "field", "fix"), [
+    (edit(["id"], delete=True), "id", "add 'id:'"),
+    (edit(["split"], delete=True), "split", "add 'split:'"),
+    (edit(["user"], "Ada wants money moved"), "user", "mapping with persona"),
+    (edit(["user", "persona"], "  "), "user.persona", "non-empty string"),
+    (edit(["user", "private_facts"], ["Ada"]), "user.private_facts", "{value: ..., keywords: [...]}"),
+    (edit(["user", "private_facts", "owner_name"], {"keywords": ["name"]}), "user.private_facts.owner_name.value",
+     "give the fact's value"),
+    (edit(["user", "private_facts", "owner_name", "keywords"], "name"), "user.private_facts.owner_name.keywords",
+     "list of phrases"),
+    (edit(["user", "private_facts", "owner_name", "keywords"], ["name", ""]),
+     "user.private_facts.owner_name.keywords", "non-empty strings"),
+    (edit(["reference", 1], {"tool": "get_account", "args": {"account_id": 1}}), "reference[1].args",
+     "use only tool, arguments, say"),
+    (edit(["reference", 1, "arguments"], [1]), "reference[1].arguments", "mapping"),
+    (edit(["reference", 1], "get_account"), "reference[1]", "{tool: NAME"),
+    (edit(["reference", 0, "say"], 42), "reference[0].say", "string"),
+    (edit(["checks", "expect"], []), "checks.expect", "use expected, volatile, loose, judge"),
+    (edit(["checks", "expected"], {"op": "insert"}), "checks.expected", "list of changes"),
+    (edit(["checks", "expected", 2, "values"], {}), "checks.expected[2].values", "values: {column: value}"),
+    (edit(["checks", "expected", 0, "key"], {"idd": 1}), "checks.expected[0].key.idd", "columns of accounts"),
+    (edit(["checks", "expected", 2, "values", "amout"], 5), "checks.expected[2].values.amout", "columns of transfers"),
+    (edit(["checks", "judge"], [{"id": "x", "evidence": ["95"]}]), "checks.judge[0].rule", "non-empty string"),
+    (edit(["checks", "judge"], [{"id": "x", "rule": "said the balance", "evidence": [95]}]),
+     "checks.judge[0].evidence", "strings"),
+    (edit(["checks", "loose"], [3]), "checks.loose[0]", "'table.column'"),
+    (edit(["seed"], ["accounts"]), "seed", "{rows: {table: [row, ...]}}"),
+    (edit(["seed"], {"rows": {"accounts": {"id": 9}}}), "seed.rows.accounts", "list of rows"),
+    (edit(["seed"], {"rows": {"accounts": [9]}}), "seed.rows.accounts[0]", "mapping of column to value"),
+    (edit(["tools"], "get_account"), "tools", "list the tool names"),
+    (edit(["turn_limit"], True), "turn_limit", "positive integer"),
+    (edit(["turn_limit"], "ten"), "turn_limit", "positive integer"),
+    (edit(["policy"], ["be nice"]), "policy", "policy text as a string"),
+])
+def test_task_file_mistake_names_file_field_and_fix(tmp_path, change, field, fix):
+    task = good_task()
+    change(task)
+    path = tmp_path / "task.yaml"
+    path.write_text(yaml.safe_dump(task))
+    with pytest.raises(TaskFormatError) as error:
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+    assert (error.value.source, error.value.field) == (str(path), field) and fix in error.value.fix, str(error.value)
+
+
+@pytest.mark.parametrize(("name", "text", "source", "problem"), [
+    ("empty.yaml", "", "empty.yaml", "holds neither a task nor a list"),
+    ("scalar.yaml", "just words\n", "scalar.yaml", "holds neither a task nor a list"),
+    ("broken.jsonl", '{"id": "a"}\n{"id": \n', "broken.jsonl", "is not valid YAML/JSON"),
+    ("list.yaml", "- 3\n", "list.yaml", "expected a mapping of fields, got int 3"),
+])
+def test_a_file_that_holds_no_task_names_the_file(tmp_path, name, text, source, problem):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(TaskFormatError) as error:
+        resolve_tasks(TasksConfig(name="files", path=str(tmp_path / name)))
+    assert error.value.source == str(tmp_path / source) and problem in error.value.problem, str(error.value)
+
+
+@pytest.mark.parametrize(("change", "field", "problem"), [
+    (edit(["reference"], [{"tool": "get_account", "arguments": {"account_id": 1}}, {"say": "Done."}]), "reference",
+     "changes nothing"),
+    (edit(["checks", "expected", 0, "values", "balance"], 94), "checks.expected", "fails its own checks"),
+    (edit(["seed"], {"rows": {"accounts": [{"id": 1, "owner": "Ada", "balance": 5}]}}), "seed.rows",
+     "refused the seed rows: (sqlite3.IntegrityError) UNIQUE constraint failed: accounts.id"),
+    (edit(["reference", 1, "arguments", "account_id"], 99), "reference[1]", "failed on the seeded database"),
+])
+def test_a_task_whose_reference_does_not_hold_names_the_field(tmp_path, change, field, problem):
+    task = good_task()
+    change(task)
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
+    loaded = resolve_tasks(TasksConfig(name="files", path=str(tmp_path / "task.yaml")))
+    backend = make_backend("sqlite", None, str(tmp_path / "db"))
+    try:
+        with pytest.raises(TaskFormatError) as error:
+            prepare_task(loaded[0], backend)
+    finally:
+        backend.close()
+    assert error.value.source == str(tmp_path / "task.yaml") and error.value.field == field
+    assert problem in error.value.problem, str(error.value)
+
+
+def test_a_seed_row_may_leave_out_columns_the_base_rows_give(tmp_path):
+    task = good_task()
+    task["seed"] = {"rows": {"accounts": [{"id": 9, "owner": "Dee", "balance": 7}]}}  # no nickname, frozen, ...
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump(task))
+    backend = make_backend("sqlite", None, str(tmp_path / "db"))
+    try:
+        runtime = prepare_task(resolve_tasks(TasksConfig(name="files", path=str(tmp_path / "task.yaml")))[0], backend)
+    finally:
+        backend.close()
+    added = [row for row in runtime.initial["accounts"]["rows"] if str(row["id"]) == "9"]
+    assert added == [{"id": "9", "owner": "Dee", "nickname": None, "balance": "7", "frozen": "0", "updated_at": None}]
+
+
+def test_an_interpolation_that_does_not_resolve_names_its_key(monkeypatch):
+    from hydra import compose, initialize_config_dir
+
+    from tbx.config_checks import config_object
+
+    monkeypatch.delenv("TBX_TEST_UNSET_DIR", raising=False)
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        dict_cfg = compose("config", overrides=["out_root=${oc.env:TBX_TEST_UNSET_DIR}"])
+    with pytest.raises(ConfigError) as error:
+        config_object(dict_cfg)
+    # the first key whose value needs it: out_root, or launcher.folder (${out_root}/jobs) when resolved first
+    assert error.value.source == "conf/config.yaml" and error.value.field in ("out_root", "launcher.folder")
+    assert "TBX_TEST_UNSET_DIR" in error.value.problem and "export the variable" in error.value.fix
