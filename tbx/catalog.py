@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -18,7 +20,7 @@ from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_hash
 from tbx.config import TasksConfig
 from tbx.domains import Domain, domain_names, get_domain
-from tbx.errors import InfraError, TaskFormatError
+from tbx.errors import ConfigError, InfraError, TaskFormatError
 from tbx.grading import derive_expected, diff_states, grade_state
 from tbx.tasks.loader import load_task, read_task_file
 from tbx.tasks.model import ExpectedChange, Task
@@ -96,6 +98,17 @@ def task_items(cfg: TasksConfig) -> list[tuple[object, str]]:
     return items
 
 
+def _first_per(tasks: list[Task], count: int, key: Callable[[Task], object]) -> list[Task]:
+    """The first `count` tasks of each `key`, in order."""
+    taken: dict[object, int] = {}
+    kept = []
+    for task in tasks:
+        if taken.get(key(task), 0) < count:
+            taken[key(task)] = taken.get(key(task), 0) + 1
+            kept.append(task)
+    return kept
+
+
 def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
     """Refuse duplicate ids, then apply the split, family, per-family and limit filters."""
     seen: dict[str, str] = {}
@@ -109,14 +122,9 @@ def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
     if cfg.families:
         tasks = [t for t in tasks if t.family in cfg.families]
     if cfg.per_family is not None:
-        taken: dict[tuple[str, str], int] = {}
-        kept = []
-        for task in tasks:
-            key = (task.domain, task.family)
-            if taken.get(key, 0) < cfg.per_family:
-                taken[key] = taken.get(key, 0) + 1
-                kept.append(task)
-        tasks = kept
+        tasks = _first_per(tasks, cfg.per_family, lambda task: (task.domain, task.family))
+    if cfg.per_domain is not None:
+        tasks = _first_per(tasks, cfg.per_domain, lambda task: task.domain)
     if cfg.limit is not None:
         tasks = tasks[: cfg.limit]
     return tasks
@@ -124,7 +132,24 @@ def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
 
 def resolve_tasks(cfg: TasksConfig) -> list[Task]:
     """The validated, filtered task list of a `tasks` config."""
-    return select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)], cfg)
+    tasks = select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)], cfg)
+    return keep_pool(tasks, cfg.pool) if cfg.pool else tasks
+
+
+def keep_pool(tasks: list[Task], pool_path: str) -> list[Task]:
+    """The tasks a pool manifest kept, in manifest order; every kept id must be in `tasks`."""
+    path = Path(pool_path)
+    try:
+        kept = json.loads(path.read_text())["kept"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(pool_path, "tasks.pool", f"is not a readable pool manifest ({exc})",
+                          "give the pool.json that stage=select wrote") from None
+    by_id = {task.id: task for task in tasks}
+    missing = [task_id for task_id in kept if task_id not in by_id]
+    if missing:
+        raise ConfigError(pool_path, "tasks.pool", f"keeps {len(missing)} task(s) not in this task set, e.g. "
+                          f"{missing[0]}", "use the task set the pool was probed on (its probe run's tasks)")
+    return [by_id[task_id] for task_id in kept]
 
 
 def validate_against_domain(task: Task, domain: Domain) -> None:

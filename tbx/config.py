@@ -26,8 +26,10 @@ class TasksConfig:
     path: str | None = None  # a task file or a folder of them (YAML/JSON/JSONL), outside the repo too
     families: list[str] = field(default_factory=list)  # keep only these families (empty: all)
     per_family: int | None = None  # keep the first N tasks of each family (small, balanced samples)
+    per_domain: int | None = None  # then keep the first N tasks of each domain (a sample across domains)
     limit: int | None = None  # first N tasks after filtering (quick runs)
     seed: int = 0  # seed of the domain task generators
+    pool: str | None = None  # keep only the tasks a pool manifest kept (pool.json from stage=select)
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 from tbx.policies.parsing import CALL_CLOSE
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
-_PREFIX_ENTRIES = 4  # prefix caches kept (one per domain/tool set in use)
+_PREFIX_ENTRIES = 8  # prefix caches kept (one per domain/tool set in use; ~90 MB each for a benchmark domain)
 
 
 def _growing_layer_class() -> type:
@@ -80,6 +80,19 @@ def _growing_layer_class() -> type:
 _GROWING: type | None = None
 
 
+def cache_argument(model: Any) -> str:
+    """The forward argument that takes a key/value cache: transformers renamed `past_key_values`
+    to `cache` (5.2x); accept both (and peft wrappers)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def cache_of(result: Any) -> Any:
+    """The key/value cache a forward pass returned, under either name."""
+    cache = getattr(result, "cache", None)
+    return result.past_key_values if cache is None else cache
+
+
 def reserve_cache(cache: Any, extra: int) -> Any:
     """Turn `cache`'s dynamic layers into growing ones with room for `extra` positions (in place)."""
     global _GROWING
@@ -121,9 +134,7 @@ class Decoder:
         vocab = tokenizer.get_vocab()
         self.stop_ids = frozenset({tokenizer.eos_token_id} | {vocab[t] for t in STOP_TOKENS if t in vocab})
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        # transformers renamed `past_key_values` to `cache` (5.2x); accept both (and peft wrappers).
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self._cache_arg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        self._cache_arg = cache_argument(model)
         self._prefixes: OrderedDict[tuple[int, ...], Any] = OrderedDict()
         self.prefix_hits = 0  # batches that reused a cached prefix
 
@@ -192,8 +203,7 @@ class Decoder:
                           **{self._cache_arg: cache})
 
     def _cache_of(self, result: Any) -> Any:
-        cache = getattr(result, "cache", None)
-        return result.past_key_values if cache is None else cache
+        return cache_of(result)
 
     def _decode(self, requests: Sequence[GenerationRequest], result: Any, mask: Any, next_positions: Any,
                 should_stop: Callable[[], bool]) -> list[list[int]]:

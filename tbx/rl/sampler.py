@@ -17,9 +17,12 @@ step; past that the step is simply shorter. Every episode that ran is returned (
 a rising rate means the policy has outgrown the pool.
 
 Determinism: slot k of a group uses attempt index k on its first try and k + r * group_size on
-its r-th re-run, and the set of tasks drawn is always a prefix of the epoch order, so which
-tasks, attempts and groups a step yields depends on the episodes' outcomes, not on timing
-(only the split of a spent replacement budget between the two causes may follow finishing order).
+its r-th re-run; a task drawn again within the same step (a small pool wraps into the next
+epoch) numbers its o-th repeat's attempts from o * group_size * (max_error_reruns + 1), so no two
+episodes of one step share a task and attempt (nor the seed derived from them). The set of tasks
+drawn is always a prefix of the epoch order, so which tasks, attempts and groups a step yields
+depends on the episodes' outcomes, not on timing (only the split of a spent replacement budget
+between the two causes may follow finishing order).
 Groups are returned in draw order. `state_dict()` holds the epoch, the shuffled order, the
 position in it and the rng state (plain JSON-able values) for an exact resume.
 
@@ -128,6 +131,7 @@ class _StepState:
     drawn: int = 0
     replaced_zero_variance: int = 0
     replaced_dropped: int = 0
+    repeats: Counter = field(default_factory=Counter)  # draws of each task so far in this step
 
     @property
     def replacements(self) -> int:
@@ -221,8 +225,8 @@ class GroupSampler(Generic[OutcomeT]):
         limiter = asyncio.Semaphore(self.max_concurrent_episodes) if self.max_concurrent_episodes else None
         step = _StepState()
 
-        async def run_slot(draw_index: int, task_id: str) -> None:
-            result = await self._fill_group(task_id, run_episode, limiter)
+        async def run_slot(draw_index: int, task_id: str, first_attempt: int) -> None:
+            result = await self._fill_group(task_id, run_episode, limiter, first_attempt)
             step.results[draw_index] = result
             self._log_unusable(result)
             if (result.zero_variance or not result.filled) and step.replacements < self.max_replacements:
@@ -234,7 +238,10 @@ class GroupSampler(Generic[OutcomeT]):
 
         def launch() -> None:
             draw_index, step.drawn = step.drawn, step.drawn + 1
-            tasks.create_task(run_slot(draw_index, self.draw_task()))
+            task_id = self.draw_task()
+            first_attempt = step.repeats[task_id] * self.group_size * (self.max_error_reruns + 1)
+            step.repeats[task_id] += 1
+            tasks.create_task(run_slot(draw_index, task_id, first_attempt))
 
         try:
             async with asyncio.TaskGroup() as tasks:  # replacements join the group while it runs
@@ -244,8 +251,8 @@ class GroupSampler(Generic[OutcomeT]):
             raise _first_error(errors) from errors
         return self._assemble(step)
 
-    async def _fill_group(self, task_id: str, run_episode: RunEpisode,
-                          limiter: asyncio.Semaphore | None) -> _GroupResult:
+    async def _fill_group(self, task_id: str, run_episode: RunEpisode, limiter: asyncio.Semaphore | None,
+                          first_attempt: int = 0) -> _GroupResult:
         """Run group_size slots concurrently; re-run a slot after an error while the budget lasts."""
         size = self.group_size
         scored: list[OutcomeT | None] = [None] * size
@@ -259,11 +266,12 @@ class GroupSampler(Generic[OutcomeT]):
 
         async def run_slot(slot: int) -> None:
             for rerun in range(self.max_error_reruns + 1):
-                outcome = await run_once(slot + rerun * size)
+                attempt = first_attempt + slot + rerun * size
+                outcome = await run_once(attempt)
                 reward = outcome.reward
                 if reward is not None:
                     if not math.isfinite(reward):
-                        raise ValueError(f"task {task_id} attempt {slot + rerun * size}: reward {reward} "
+                        raise ValueError(f"task {task_id} attempt {attempt}: reward {reward} "
                                          "is not finite; report an error outcome as reward None")
                     scored[slot] = outcome
                     return

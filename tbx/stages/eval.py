@@ -132,7 +132,8 @@ def run_eval(cfg: Config) -> dict[str, Any]:
     outcomes, _, _ = outcomes_from_records(records)
     headline = summarize(outcomes, attempts=cfg.eval.attempts, allow_incomplete=True)
     summary = outcome_summary(records) | {"pass_at_k": headline.pass_at_k, "observed_all": headline.observed_all,
-                                          "k": cfg.eval.attempts, "incomplete_tasks": list(headline.incomplete),"run_dir": str(run_dir), "policy": cfg.policy.name,
+                                          "k": cfg.eval.attempts, "incomplete_tasks": list(headline.incomplete),
+                                          "run_dir": str(run_dir), "policy": cfg.policy.name,
                                           "tasks": cfg.tasks.name, "attempts": cfg.eval.attempts,
                                           "error_tries": log.error_tries(),
                                           "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}

@@ -28,10 +28,12 @@ from tbx.store import ResultStore, open_store
 from tbx.store.results import ERROR_VALUES
 
 
-def counts(store: ResultStore) -> dict[str, tuple[int, int]]:
-    """(k, n) per task: successes among final attempts that reached a verdict."""
+def counts(store: ResultStore, below: int | None = None) -> dict[str, tuple[int, int]]:
+    """(k, n) per task: successes among final attempts that reached a verdict (attempts < `below`)."""
     tally: dict[str, list[int]] = {}
     for record in store.final_records():
+        if below is not None and record["attempt"] >= below:
+            continue
         k_n = tally.setdefault(record["task_id"], [0, 0])
         if record["outcome"] in ("success", "failure"):
             k_n[0] += record["outcome"] == "success"
@@ -73,7 +75,9 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
             return rounds
         rounds += 1
         await run_campaign(cfg, runtimes, store, backend, active, f"probe r{rounds} (n={target})")
-        tallies = counts(store)
+        # a resumed probe may hold attempts of a later round (killed mid-round): the decision counts
+        # only this round's attempts, so it is the one the uninterrupted probe made at this n
+        tallies = counts(store, below=target)
         for task_id in active:
             k, n = tallies.get(task_id, (0, 0))
             if target >= n_max or (n > 0 and should_stop(k, n, n_max, rule, strategies, edges)):

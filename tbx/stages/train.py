@@ -15,12 +15,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import random
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from tbx.catalog import resolve_tasks
 from tbx.config import Config, TasksConfig
@@ -104,17 +106,22 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
     scored = ctx["scored"]
     for step in range(ctx["start"], cfg.grpo.steps):
         started = time.perf_counter()
+        bar = tqdm(total=cfg.grpo.groups_per_step * cfg.grpo.group_size, desc=f"train step {step + 1}/"
+                   f"{cfg.grpo.steps}", unit="ep", file=sys.stderr, mininterval=2.0, dynamic_ncols=True)
 
-        async def play(task_id: str, attempt: int, step: int = step):  # noqa: ANN202
+        async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):  # noqa: ANN202
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
             result = await ctx["run_episode"](runtimes[task_id], backend, policy, user, judge, attempt, seed,
                                               cfg.eval.max_turns)
             store.append(_for_store(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
+            bar.total = max(bar.total, bar.n + 1)  # replacement groups and re-runs add episodes
+            bar.update(1)
             return result
 
         batch = await sampler.sample_step(play)
+        bar.set_postfix_str("updating the model")
         for episode in batch.discarded:
             policy.take_trace(episode.seed)
         samples = step_samples(batch, policy, cfg.grpo.norm_adv_by_std)
@@ -126,8 +133,9 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
             update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
                 grpo_update, policy.model, ctx["optimizer"], samples, settings, pad_id=policy.pad_id,
                 micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
-                max_grad_norm=cfg.grpo.max_grad_norm))
+                max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing))
             policy.weights_changed()
+        bar.close()
         metrics = {"train/step": step + 1, "train/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
                    "train/groups": len(batch.groups), "train/samples": len(samples),
                    "train/step_seconds": time.perf_counter() - started,
@@ -149,11 +157,14 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
             await part.aclose()
 
 
+STEP_STRIDE = 100_000  # stored attempt = step * STEP_STRIDE + the sampler's attempt index
+
+
 def _for_store(result, step: int):  # noqa: ANN001, ANN202
     """Training episodes are stored with the step in their attempt number: (step, slot) is unique."""
     from dataclasses import replace
 
-    return replace(result, attempt=step * 100_000 + result.attempt)
+    return replace(result, attempt=step * STEP_STRIDE + result.attempt)
 
 
 def run_train(cfg: Config) -> dict[str, Any]:
@@ -168,6 +179,10 @@ def run_train(cfg: Config) -> dict[str, Any]:
     tasks = pool_tasks(manifest)
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
+    # every generator a checkpoint saves starts from the seed (Python's and numpy's would start from fresh
+    # entropy), so two runs of one config checkpoint the same states
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     policy = build_trainable(cfg)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.grpo.lr,
@@ -185,6 +200,8 @@ def run_train(cfg: Config) -> dict[str, Any]:
         policy.weights_changed()
         print(f"resuming {run_dir} from step {start}", file=sys.stderr)
     store = open_store(cfg.store.url, run_dir, run_identity(cfg), "train")
+    # episodes a killed process stored after its last checkpoint were not trained on; they are replayed
+    store.discard_from(start * STEP_STRIDE)
     backend = build_backend(cfg)
     try:
         runtimes = prepare_all(tasks, backend)

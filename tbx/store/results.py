@@ -129,6 +129,22 @@ class ResultStore:
         self._remember(record)
         return record
 
+    def discard_from(self, first_attempt: int) -> int:
+        """Delete this run's tries of attempts numbered `first_attempt` and above; return how many.
+
+        For training, whose attempt numbers carry the step: a resumed run replays every step after
+        its checkpoint, so the tries a killed process stored for those steps were never trained on
+        and would otherwise sit beside their replays as second tries of the same attempt.
+        """
+        doomed = (attempts.c.run_id == self.run_id) & (attempts.c.attempt >= first_attempt)
+        with self.engine.begin() as conn:
+            removed = conn.execute(attempts.delete().where(doomed)).rowcount
+        kept = [r for r in self.records if r["attempt"] < first_attempt]
+        self.records, self._tries = [], defaultdict(list)
+        for record in kept:
+            self._remember(record)
+        return removed
+
     def final_records(self) -> list[dict[str, Any]]:
         """The last try of every attempt, in task/attempt order."""
         return [tries[-1] for _, tries in sorted(self._tries.items())]

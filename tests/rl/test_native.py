@@ -116,3 +116,25 @@ def test_empty_update_is_refused():
     with pytest.raises(ValueError, match="at least one sample"):
         grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), [], LossSettings(), pad_id=0,
                     micro_batch_size=1, temperature=1.0, max_grad_norm=1.0)
+
+
+def test_shared_prefix_gives_the_full_sequences_update():
+    # turns that share a long prompt prefix, as every turn of a domain does (system, tools, examples)
+    head = tuple(range(3, 20))
+    samples = [TurnSample(head + (21, 22), (23, 24, 25), 1.0), TurnSample(head + (26,), (27,), -1.0),
+               TurnSample(head + (21, 28, 29, 30), (31, 2), 0.5), TurnSample(head + (4,), (5, 6), -0.5)]
+    from tbx.rl.native import common_prefix_length
+
+    assert common_prefix_length(samples) == len(head)
+    assert common_prefix_length([TurnSample((1, 2), (3,), 0.0)]) == 1  # one prompt token left to predict from
+    results = []
+    for share in (True, False):
+        model = tiny_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        out = grpo_update(model, optimizer, samples, LossSettings(), pad_id=0, micro_batch_size=3, temperature=0.7,
+                          max_grad_norm=1e9, share_prefix=share)
+        results.append((out, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    (shared, weights_shared), (full, weights_full) = results
+    assert shared.loss == pytest.approx(full.loss, abs=1e-6) and shared.grad_norm == pytest.approx(full.grad_norm, rel=1e-5)
+    assert torch.allclose(weights_shared, weights_full, atol=1e-6)
+    assert not torch.equal(weights_full, torch.cat([p.detach().flatten() for p in tiny_model().parameters()]))

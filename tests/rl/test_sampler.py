@@ -248,3 +248,12 @@ def _peek_order(pool: list[str], seed: int) -> list[str]:
     """The first epoch's order for a sampler built with `seed` (drawn from a throwaway twin)."""
     twin = make_sampler(pool, seed=seed)
     return [twin.draw_task() for _ in pool]
+
+
+def test_a_task_drawn_twice_in_one_step_runs_other_attempts():
+    # a one-task pool wraps into the next epoch within the step: both groups are of t0
+    sampler, runner = make_sampler(["t0"], group_size=2, groups_per_step=2, max_error_reruns=1), FakeRunner({})
+    batch = step(sampler, runner)
+    assert [g.task_id for g in batch.groups] == ["t0", "t0"]
+    assert len(runner.calls) == len(set(runner.calls)) == 4  # no (task, attempt) ran twice
+    assert sorted(e.attempt for g in batch.groups for e in g.episodes) == [0, 1, 4, 5]  # 2nd draw: from 2 * (1 + 1)

@@ -78,3 +78,31 @@ def test_probe_killed_at_random_points_resumes_to_exactly_n_per_task(tmp_path):
 def test_select_refuses_a_folder_that_is_not_a_probe_run(tmp_path):
     out = launch("stage=select", f"select.probe_run={tmp_path}", f"out_root={tmp_path}")
     assert out.returncode == 2 and "not a probe run folder" in out.stderr
+
+
+def test_tasks_pool_keeps_the_manifests_tasks_in_its_order(tmp_path):
+    from tbx.catalog import resolve_tasks
+    from tbx.config import TasksConfig
+    from tbx.errors import ConfigError
+
+    every = [t.id for t in resolve_tasks(TasksConfig(name="travel", domains=["travel"]))]
+    kept = [every[5], every[2]]
+    (tmp_path / "pool.json").write_text(json.dumps({"kept": kept}))
+    cfg = TasksConfig(name="travel", domains=["travel"], pool=str(tmp_path / "pool.json"))
+    assert [t.id for t in resolve_tasks(cfg)] == kept
+    (tmp_path / "pool.json").write_text(json.dumps({"kept": [*kept, "travel/nope/0"]}))
+    with pytest.raises(ConfigError, match="tasks.pool.*travel/nope/0"):
+        resolve_tasks(cfg)
+    with pytest.raises(ConfigError, match="tasks.pool.*not a readable pool manifest"):
+        resolve_tasks(TasksConfig(name="travel", domains=["travel"], pool=str(tmp_path / "missing.json")))
+
+
+def test_per_domain_spreads_a_sample_over_domains():
+    from tbx.catalog import resolve_tasks
+    from tbx.config import TasksConfig
+
+    cfg = TasksConfig(name="sample", domains=["travel", "retail", "neobank"], split="bench", per_family=1,
+                      per_domain=2)
+    tasks = resolve_tasks(cfg)
+    assert [t.domain for t in tasks] == ["travel", "travel", "retail", "retail", "neobank", "neobank"]
+    assert len({t.family for t in tasks}) == 6

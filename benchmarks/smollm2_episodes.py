@@ -1,0 +1,81 @@
+"""Benchmark: whole SmolLM2-135M episodes on this machine's CPU, at concurrency 1, 4 and 16.
+
+Each level is an ordinary `stage=eval` run (its own run folder under a temporary directory):
+the easy training sample (one or two tool calls, every fact in the opening message), SQLite,
+the scripted user, at most `--max-turns` agent turns per episode. Prints episodes/s, agent
+turns/s, how many assistant turns carried a tool call that parsed (and how many were malformed),
+and pass@1; then the speed-up from 1 to 16 concurrent episodes. `--travel N` also evaluates N
+travel (benchmark) tasks. A measurement, not a test: it asserts nothing.
+
+    .venv/bin/python benchmarks/smollm2_episodes.py [--threads 2] [--travel 18]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from tbx.config import Config, register_configs
+from tbx.stages.eval import run_eval
+from tbx.store.results import read_records
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def config(out: Path, *overrides: str) -> Config:
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return OmegaConf.to_object(compose("config", overrides=[
+            "stage=eval", "logger=none", "policy=model", "model=smollm2_135m", f"out_root={out}",
+            f"backend.workdir={out}/db", *overrides]))
+
+
+def measure(out: Path, label: str, *overrides: str) -> dict:
+    start = time.perf_counter()
+    summary = run_eval(config(out / label, *overrides))
+    seconds = time.perf_counter() - start
+    records = read_records(summary["run_dir"])
+    turns = sum(r["counts"].get("turns", 0) for r in records)
+    calls = sum(r["counts"].get("tool_calls", 0) for r in records)
+    malformed = sum(r["counts"].get("malformed_calls", 0) for r in records)
+    return {"episodes": len(records), "seconds": seconds, "turns": turns, "calls": calls, "malformed": malformed,
+            "pass_at_1": summary["pass_at_1"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--travel", type=int, default=0, help="also evaluate this many travel tasks")
+    args = parser.parse_args()
+    register_configs()
+    common = [f"model.threads={args.threads}", f"eval.max_turns={args.max_turns}", "model.max_new_tokens=48"]
+    print(f"cpus={os.cpu_count()} threads={args.threads} load average {os.getloadavg()[0]:.1f}")
+    print(f"{'concurrency':>11} {'episodes':>8} {'seconds':>8} {'episodes/s':>10} {'turns/s':>8} "
+          f"{'tool calls':>10} {'malformed':>9} {'pass@1':>7}")
+    rates = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        measure(out, "warm", "tasks=train_sample", "tasks.limit=1", *common)  # model conversion/cache, imports
+        for concurrency, tasks, attempts in ((1, 4, 1), (4, 8, 1), (16, 8, 2)):  # the first tasks of the sample
+            row = measure(out, f"c{concurrency}", "tasks=train_sample", f"tasks.limit={tasks}",
+                          f"eval.attempts={attempts}", f"eval.concurrency={concurrency}", *common)
+            rates[concurrency] = row["episodes"] / row["seconds"]
+            print(f"{concurrency:>11} {row['episodes']:>8} {row['seconds']:>8.1f} {rates[concurrency]:>10.3f} "
+                  f"{row['turns'] / row['seconds']:>8.2f} {row['calls']:>10} {row['malformed']:>9} "
+                  f"{row['pass_at_1']:>7.1%}")
+        print(f"episodes/s speed-up 1 -> 16: x{rates[16] / rates[1]:.1f}")
+        if args.travel:
+            row = measure(out, "travel", "tasks=travel", "tasks.per_family=2", f"tasks.limit={args.travel}",
+                          "eval.concurrency=16", *common)
+            print(f"travel: {row['episodes']} episodes in {row['seconds']:.0f} s, {row['turns']} turns, "
+                  f"{row['calls']} tool calls, {row['malformed']} malformed, pass@1 {row['pass_at_1']:.1%}")
+
+
+if __name__ == "__main__":
+    main()
