@@ -188,6 +188,12 @@ def config_object(dict_cfg: Any) -> Config:
         return OmegaConf.to_object(dict_cfg)
     except OmegaConfBaseException as exc:
         key = getattr(exc, "full_key", None) or "(config)"
+        if key.startswith("pool.keep_ranges") and "difficulty.edges[" in str(exc):
+            edges = len(dict_cfg.difficulty.edges)
+            raise ConfigError(f"conf/pool/{dict_cfg.pool.name}.yaml", "pool.keep_ranges",
+                              f"is written as band edges of 5 bands (difficulty.edges[1..4]), but difficulty.edges "
+                              f"has {edges} entries", "give 6 edges, or keep ranges on your own edges: "
+                              "pool.keep_ranges=[[LOW,HIGH]]") from None
         raise ConfigError(CONFIG, key, str(exc).strip().splitlines()[0].rstrip("."),
                           "fix the value or the interpolation it uses (e.g. export the variable ${oc.env:...} reads)"
                           ) from None

@@ -73,7 +73,7 @@ RATE, COUNT, RATIO = "rate", "count", "count with ratio"
 
 def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
     """(label, value of a run, kind) for Table 1; the reliable-task count also shows its ratio."""
-    return [
+    rows = [
         ("pass@1 (%)", lambda s: s.summary.pass_at_1, RATE),
         (f"pass@{k} (%)", lambda s: s.summary.pass_at_k, RATE),
         (f"observed {k}/{k} (%)", lambda s: s.summary.observed_all, RATE),
@@ -83,6 +83,7 @@ def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
         ("tasks solved at least once", lambda s: s.summary.tasks_any, COUNT),
         ("errors and exclusions (not failures)", lambda s: sum(s.errors.values()), COUNT),
     ]
+    return rows if k > 1 else rows[:1] + rows[2:]  # with k = 1, pass@k is pass@1
 
 
 def before_after_table(stats: Sequence[RunStats]) -> Table:
@@ -149,6 +150,8 @@ def side_by_side_table(stats: Sequence[RunStats]) -> Table:
         (f"tasks at {k}/{k}", lambda s: s.summary.tasks_all, count, True),
         ("tasks solved at least once", lambda s: s.summary.tasks_any, count, True),
     ]
+    if k == 1:  # pass@k is pass@1
+        del columns[2]
     note = ("Bold: best in the column; underlined (_…_): second best. No single metric ranks the "
             "models: read coverage (pass@k) and repeatability (observed k/k) together.")
     return _ranked_table("table2_side_by_side", "Table 2. Models side by side", stats, columns, note)

@@ -94,7 +94,8 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
      "one of the band edges"),
     (["stage=probe", "difficulty.edges=[0,0.3,0.08,0.6,0.9,1]"], "conf/difficulty", "difficulty.edges",
      "sort the edges"),
-    (["stage=select", "difficulty.edges=[0,0.5,1]"], "conf/difficulty", "difficulty.names", "one name per band"),
+    (["stage=select", "difficulty.edges=[0,0.5,1]", "pool.keep_ranges=[[0.0,0.5]]"], "conf/difficulty",
+     "difficulty.names", "one name per band"),
     (["stage=probe", "probe.attempts=0"], "conf/config.yaml", "probe.attempts", "probe.attempts >= 1"),
     (["stage=probe", "probe.threshold=1.5"], "conf/config.yaml", "probe.threshold", "[0, 1]"),
     (["stage=train", "grpo.group_size=1"], "conf/grpo", "grpo.group_size", "grpo.group_size >= 2"),
@@ -333,3 +334,16 @@ def test_an_interpolation_that_does_not_resolve_names_its_key(monkeypatch):
     # the first key whose value needs it: out_root, or launcher.folder (${out_root}/jobs) when resolved first
     assert error.value.source == "conf/config.yaml" and error.value.field in ("out_root", "launcher.folder")
     assert "TBX_TEST_UNSET_DIR" in error.value.problem and "export the variable" in error.value.fix
+
+
+def test_edges_of_another_band_count_name_the_pools_keep_ranges():
+    from hydra import compose, initialize_config_dir
+
+    from tbx.config_checks import config_object
+
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        dict_cfg = compose("config", overrides=["stage=select", "difficulty.edges=[0,0.5,1]"])
+    with pytest.raises(ConfigError) as error:
+        config_object(dict_cfg)
+    assert (error.value.source, error.value.field) == ("conf/pool/full_param.yaml", "pool.keep_ranges")
+    assert "has 3 entries" in error.value.problem and "pool.keep_ranges=[[LOW,HIGH]]" in error.value.fix

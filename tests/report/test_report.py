@@ -139,3 +139,12 @@ def test_single_run_report(tmp_path: Path) -> None:
     files = render_report(synthetic_runs()[1:2], tmp_path, resamples=100)
     assert "no second run to compare" in files.markdown_path.read_text()
     assert sorted(p.name for p in files.png_paths) == ["attempt_grid.png", "pass_curves.png"]
+
+
+def test_one_attempt_per_task_shows_pass_at_1_once(tmp_path: Path) -> None:
+    runs = [RunData("base", make_records(dict.fromkeys(TASKS, "F"), (10, 1)), "tiny", PRICES, 1),
+            RunData("tuned", make_records({**dict.fromkeys(TASKS, "F"), "bank/2": "S"}, (10, 1)), "tiny", PRICES, 1)]
+    text = render_report(runs, tmp_path, resamples=50).markdown_path.read_text()
+    table1 = text.split("**Table 1.")[1].split("**Table 2.")[0]
+    assert table1.count("| pass@1 (%)") == 1 and "| observed 1/1 (%)" in table1
+    assert text.split("**Table 2.")[1].split("\n\n")[1].count("pass@1 (%)") == 1
