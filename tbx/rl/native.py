@@ -61,7 +61,7 @@ def token_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.T
 
 def common_prefix_length(samples: Sequence[TurnSample]) -> int:
     """Leading prompt tokens all samples share, leaving each at least one prompt token after it
-    (so every response token is predicted from a suffix position)."""
+    (so every completion token is predicted from a suffix position)."""
     first = samples[0].prompt_ids
     length = min(len(s.prompt_ids) for s in samples) - 1
     for sample in samples[1:]:
@@ -75,25 +75,36 @@ def common_prefix_length(samples: Sequence[TurnSample]) -> int:
 
 def shared_prefix_logprobs(model: torch.nn.Module, samples: Sequence[TurnSample], pad_id: int,
                            temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs [b, S-1] of each row's suffix tokens and their response mask, running the shared
-    prompt prefix once (with gradient) and the suffixes on its key/value cache."""
+    """Log-probs [b, C] of each row's last C tokens (C: the longest completion) and their response
+    mask, running the shared prompt prefix once (with gradient) and the suffixes on its cache.
+
+    Suffixes are padded on the left (`[prefix][padding][suffix]`, positions counting real tokens
+    only), so every row's completion ends in the last column and only the last C + 1 positions
+    need vocabulary-sized logits (`logits_to_keep`)."""
     prefix = common_prefix_length(samples)
     if prefix == 0:
         ids, attention, response = batch_tensors(samples, pad_id)
         return token_logprobs(model, ids, attention, temperature), response
-    rests = [TurnSample(s.prompt_ids[prefix:], s.completion_ids, s.advantage) for s in samples]
-    ids, attention, response = batch_tensors(rests, pad_id)  # [b, S], [b, S], [b, S-1]
+    rests = [s.prompt_ids[prefix:] + s.completion_ids for s in samples]
+    width, keep = max(len(r) for r in rests), max(len(s.completion_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)  # [b, S]
+    attention = torch.zeros((len(samples), width), dtype=torch.long)  # [b, S]
+    response = torch.zeros((len(samples), keep), dtype=torch.float32)  # [b, C]
+    for row, (rest, sample) in enumerate(zip(rests, samples, strict=True)):
+        ids[row, width - len(rest):] = torch.tensor(rest)
+        attention[row, width - len(rest):] = 1
+        response[row, keep - len(sample.completion_ids):] = 1.0
     cache = cache_of(model(input_ids=torch.tensor([samples[0].prompt_ids[:prefix]]), use_cache=True))
     if len(samples) > 1:
         cache.batch_repeat_interleave(len(samples))  # differentiable: the prefix's gradient sums over rows
-    positions = prefix + torch.arange(ids.shape[1])[None, :].expand_as(ids)
+    positions = prefix + (attention.cumsum(-1) - 1).clamp(min=0)
     mask = torch.cat([torch.ones((len(samples), prefix), dtype=torch.long), attention], dim=1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                   **{cache_argument(model): cache}).logits[:, :-1, :]  # [b, S-1, vocab]
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=keep + 1,
+                   **{cache_argument(model): cache}).logits[:, :-1, :]  # [b, C, vocab]: predict the last C tokens
     if temperature > 0:
         logits = logits / temperature
     logp = torch.log_softmax(logits.float(), dim=-1)
-    return torch.gather(logp, 2, ids[:, 1:, None]).squeeze(-1), response
+    return torch.gather(logp, 2, ids[:, -keep:, None]).squeeze(-1), response
 
 
 @dataclass(frozen=True)
