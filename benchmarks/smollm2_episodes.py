@@ -7,7 +7,7 @@ turns/s, how many assistant turns carried a tool call that parsed (and how many 
 and pass@1; then the speed-up from 1 to 16 concurrent episodes. `--travel N` also evaluates N
 travel (benchmark) tasks. A measurement, not a test: it asserts nothing.
 
-    .venv/bin/python benchmarks/smollm2_episodes.py [--threads 2] [--travel 18]
+    .venv/bin/python benchmarks/smollm2_episodes.py [--threads 2] [--travel 18] [OVERRIDES...]
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--travel", type=int, default=0, help="also evaluate this many travel tasks")
+    parser.add_argument("overrides", nargs="*", help="more config overrides for every level, e.g. "
+                        "tasks.domains=[helpdesk] tasks.per_family=4 (one domain: one shared prompt prefix)")
     args = parser.parse_args()
     register_configs()
-    common = [f"model.threads={args.threads}", f"eval.max_turns={args.max_turns}", "model.max_new_tokens=48"]
+    common = [f"model.threads={args.threads}", f"eval.max_turns={args.max_turns}", "model.max_new_tokens=48",
+              *args.overrides]
     print(f"cpus={os.cpu_count()} threads={args.threads} load average {os.getloadavg()[0]:.1f}")
     print(f"{'concurrency':>11} {'episodes':>8} {'seconds':>8} {'episodes/s':>10} {'turns/s':>8} "
           f"{'tool calls':>10} {'malformed':>9} {'pass@1':>7}")
