@@ -30,6 +30,7 @@ from tbx.domains.clinic.seed import (
     prescription,
     slot,
 )
+from tbx.domains.training import Built, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -41,7 +42,6 @@ KEYWORDS = {
     "date_of_birth": ["date of birth", "birth date", "birthday"],
     "member_id": ["member id", "member number"],
 }
-Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
 SPECIALISTS = {"cardiology": (5, 6), "dermatology": (7, 8), "orthopedics": (9, 10), "neurology": (11, 12)}
 
 
@@ -318,21 +318,4 @@ FAMILIES: dict[str, Callable[[random.Random, int], Built]] = {
 
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All clinic tasks for `seed`: same seed → same tasks. Easy families get more instances."""
-    rng = random.Random(seed)
-    tasks = []
-    for family, build in FAMILIES.items():
-        easy = family.endswith("_easy")
-        for index in range(EASY_INSTANCES if easy else INSTANCES):
-            built = build(rng, index)
-            tasks.append({
-                "id": f"clinic/{family}/s{seed}-{index:02d}", "domain": "clinic", "split": "train",
-                "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
-                "turn_limit": 10 if easy else 30,
-                **({"tools": list(EASY_TOOLS)} if easy else {}),
-            })
-    return tasks
+    return training_tasks("clinic", FAMILIES, seed, (EASY_INSTANCES, INSTANCES), EASY_TOOLS)

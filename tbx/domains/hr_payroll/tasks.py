@@ -28,6 +28,7 @@ from tbx.domains.hr_payroll.seed import (
     person,
     working_days,
 )
+from tbx.domains.training import Built, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -40,7 +41,6 @@ KEYWORDS = {
     "unpaid_choice": ["unpaid leave"],
 }
 ASKS = {"employee_id": "your employee ID", "date_of_birth": "your date of birth"}
-Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
 
 
 def _call(tool: str, **arguments: Any) -> dict:
@@ -325,21 +325,4 @@ FAMILIES: dict[str, Callable[[random.Random, int], Built]] = {
 
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All HR tasks for `seed`: same seed → same tasks. Easy families get more instances."""
-    rng = random.Random(seed)
-    tasks = []
-    for family, build in FAMILIES.items():
-        easy = family.endswith("_easy")
-        for index in range(EASY_INSTANCES if easy else INSTANCES):
-            built = build(rng, index)
-            tasks.append({
-                "id": f"hr_payroll/{family}/s{seed}-{index:02d}", "domain": "hr_payroll", "split": "train",
-                "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
-                "turn_limit": 10 if easy else 30,
-                **({"tools": list(EASY_TOOLS)} if easy else {}),
-            })
-    return tasks
+    return training_tasks("hr_payroll", FAMILIES, seed, (EASY_INSTANCES, INSTANCES), EASY_TOOLS)
