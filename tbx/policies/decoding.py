@@ -80,6 +80,23 @@ def _growing_layer_class() -> type:
 _GROWING: type | None = None
 
 
+def left_padded(rests: Sequence[Sequence[int]], shared: int, pad_id: int) -> tuple[Any, Any, Any]:
+    """Rows that continue a cached `shared`-token prefix, laid out `[prefix][padding][rest]`: the
+    rests' ids padded on the left [b, S], the attention mask over prefix and rests [b, shared + S],
+    and positions that count real tokens only [b, S] (so every row's last token is in the last column)."""
+    import torch
+
+    width = max(len(rest) for rest in rests)
+    ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
+    rest_mask = torch.zeros((len(rests), width), dtype=torch.long)
+    for row, rest in enumerate(rests):
+        ids[row, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+        rest_mask[row, width - len(rest):] = 1
+    positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), rest_mask], dim=1)
+    return ids, mask, positions
+
+
 def cache_argument(model: Any) -> str:
     """The forward argument that takes a key/value cache: transformers renamed `past_key_values`
     to `cache` (5.2x); accept both (and peft wrappers)."""
@@ -185,18 +202,7 @@ class Decoder:
 
     def _layout(self, requests: Sequence[GenerationRequest], shared: int) -> tuple[Any, Any, Any]:
         """Input ids of each row's unshared part (padded on the left), mask and positions."""
-        import torch
-
-        rests = [r.prompt_ids[shared:] for r in requests]
-        width = max(len(rest) for rest in rests)
-        ids = torch.full((len(requests), width), self.pad_id, dtype=torch.long)
-        rest_mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for row, rest in enumerate(rests):
-            ids[row, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
-            rest_mask[row, width - len(rest):] = 1
-        positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
-        mask = torch.cat([torch.ones((len(requests), shared), dtype=torch.long), rest_mask], dim=1)
-        return ids, mask, positions
+        return left_padded([r.prompt_ids[shared:] for r in requests], shared, self.pad_id)
 
     def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
         return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,

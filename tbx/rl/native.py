@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tbx.policies.decoding import cache_argument, cache_of
+from tbx.policies.decoding import cache_argument, cache_of, left_padded
 from tbx.rl.grpo import LossSettings, policy_loss
 
 
@@ -53,10 +53,15 @@ def token_logprobs(model: torch.nn.Module, ids: torch.Tensor, attention: torch.T
                    temperature: float) -> torch.Tensor:
     """Log-prob of each next token under the model, at the sampling temperature. [b, L-1]"""
     logits = model(input_ids=ids, attention_mask=attention).logits[:, :-1, :]  # [batch, tokens-1, vocab]
+    return target_logprobs(logits, ids[:, 1:], temperature)  # [batch, tokens-1]
+
+
+def target_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Log-prob of each target token [b, T] under logits [b, T, vocab] at the sampling temperature."""
     if temperature > 0:
         logits = logits / temperature
     logp = torch.log_softmax(logits.float(), dim=-1)
-    return torch.gather(logp, 2, ids[:, 1:, None]).squeeze(-1)  # [batch, tokens-1]
+    return torch.gather(logp, 2, targets[:, :, None]).squeeze(-1)
 
 
 def common_prefix_length(samples: Sequence[TurnSample]) -> int:
@@ -85,26 +90,18 @@ def shared_prefix_logprobs(model: torch.nn.Module, samples: Sequence[TurnSample]
     if prefix == 0:
         ids, attention, response = batch_tensors(samples, pad_id)
         return token_logprobs(model, ids, attention, temperature), response
-    rests = [s.prompt_ids[prefix:] + s.completion_ids for s in samples]
-    width, keep = max(len(r) for r in rests), max(len(s.completion_ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)  # [b, S]
-    attention = torch.zeros((len(samples), width), dtype=torch.long)  # [b, S]
+    ids, mask, positions = left_padded([s.prompt_ids[prefix:] + s.completion_ids for s in samples], prefix,
+                                       pad_id)  # [b, S], [b, prefix + S], [b, S]
+    keep = max(len(s.completion_ids) for s in samples)
     response = torch.zeros((len(samples), keep), dtype=torch.float32)  # [b, C]
-    for row, (rest, sample) in enumerate(zip(rests, samples, strict=True)):
-        ids[row, width - len(rest):] = torch.tensor(rest)
-        attention[row, width - len(rest):] = 1
+    for row, sample in enumerate(samples):
         response[row, keep - len(sample.completion_ids):] = 1.0
     cache = cache_of(model(input_ids=torch.tensor([samples[0].prompt_ids[:prefix]]), use_cache=True))
     if len(samples) > 1:
         cache.batch_repeat_interleave(len(samples))  # differentiable: the prefix's gradient sums over rows
-    positions = prefix + (attention.cumsum(-1) - 1).clamp(min=0)
-    mask = torch.cat([torch.ones((len(samples), prefix), dtype=torch.long), attention], dim=1)
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=keep + 1,
                    **{cache_argument(model): cache}).logits[:, :-1, :]  # [b, C, vocab]: predict the last C tokens
-    if temperature > 0:
-        logits = logits / temperature
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return torch.gather(logp, 2, ids[:, -keep:, None]).squeeze(-1), response
+    return target_logprobs(logits, ids[:, -keep:], temperature), response
 
 
 @dataclass(frozen=True)
