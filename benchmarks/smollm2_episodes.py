@@ -1,11 +1,15 @@
 """Benchmark: whole SmolLM2-135M episodes on this machine's CPU, at concurrency 1, 4 and 16.
 
-Each level is an ordinary `stage=eval` run (its own run folder under a temporary directory):
-the easy training sample (one or two tool calls, every fact in the opening message), SQLite,
-the scripted user, at most `--max-turns` agent turns per episode. Prints episodes/s, agent
-turns/s, how many assistant turns carried a tool call that parsed (and how many were malformed),
-and pass@1; then the speed-up from 1 to 16 concurrent episodes. `--travel N` also evaluates N
-travel (benchmark) tasks. A measurement, not a test: it asserts nothing.
+Each level is an ordinary `stage=eval` run (its own run folder under a temporary directory) with
+the model group's own settings (SmolLM2: up to 160 new tokens a turn, temperature 1.0): the first
+`--tasks` tasks of the easy training sample (three domains, one or two tool calls, every fact in
+the opening message), SQLite, the scripted user, at most `--max-turns` agent turns per episode.
+Each level runs `--per-agent` episodes per concurrent agent (at least one attempt per task), so a
+level's rate is measured with its agents busy, not on one wave's tail: 8, 16 and 64 episodes at
+1, 4 and 16 by default, the same tasks each time. The time counted is the whole eval run. Prints
+episodes/s, agent turns/s, how many assistant turns carried a tool call that parsed (and how many
+were malformed), and pass@1; then the speed-up from 1 to 16 concurrent episodes. `--travel N`
+also evaluates N travel (benchmark) tasks. A measurement, not a test: it asserts nothing.
 
     .venv/bin/python benchmarks/smollm2_episodes.py [--threads 2] [--travel 18] [OVERRIDES...]
 """
@@ -43,34 +47,38 @@ def measure(out: Path, label: str, *overrides: str) -> dict:
     turns = sum(r["counts"].get("turns", 0) for r in records)
     calls = sum(r["counts"].get("tool_calls", 0) for r in records)
     malformed = sum(r["counts"].get("malformed_calls", 0) for r in records)
+    tokens = sum(r["usage"].get("agent", {}).get("completion_tokens", 0) for r in records)
     return {"episodes": len(records), "seconds": seconds, "turns": turns, "calls": calls, "malformed": malformed,
-            "pass_at_1": summary["pass_at_1"]}
+            "tokens": tokens, "pass_at_1": summary["pass_at_1"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument("--tasks", type=int, default=8, help="the first N tasks of the easy sample, at every level")
+    parser.add_argument("--per-agent", type=int, default=4, help="episodes per concurrent agent at each level")
     parser.add_argument("--travel", type=int, default=0, help="also evaluate this many travel tasks")
     parser.add_argument("overrides", nargs="*", help="more config overrides for every level, e.g. "
                         "tasks.domains=[helpdesk] tasks.per_family=4 (one domain: one shared prompt prefix)")
     args = parser.parse_args()
     register_configs()
-    common = [f"model.threads={args.threads}", f"eval.max_turns={args.max_turns}", "model.max_new_tokens=48",
-              *args.overrides]
+    common = [f"model.threads={args.threads}", f"eval.max_turns={args.max_turns}", *args.overrides]
     print(f"cpus={os.cpu_count()} threads={args.threads} load average {os.getloadavg()[0]:.1f}")
-    print(f"{'concurrency':>11} {'episodes':>8} {'seconds':>8} {'episodes/s':>10} {'turns/s':>8} "
+    print(f"{'concurrency':>11} {'episodes':>8} {'seconds':>8} {'episodes/s':>10} {'turns/s':>8} {'tokens/s':>8} "
           f"{'tool calls':>10} {'malformed':>9} {'pass@1':>7}")
     rates = {}
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         measure(out, "warm", "tasks=train_sample", "tasks.limit=1", *common)  # model conversion/cache, imports
-        for concurrency, tasks, attempts in ((1, 4, 1), (4, 8, 1), (16, 8, 2)):  # the first tasks of the sample
-            row = measure(out, f"c{concurrency}", "tasks=train_sample", f"tasks.limit={tasks}",
+        for concurrency in (1, 4, 16):  # the same tasks at every level
+            attempts = max(1, args.per_agent * concurrency // args.tasks)
+            row = measure(out, f"c{concurrency}", "tasks=train_sample", f"tasks.limit={args.tasks}",
                           f"eval.attempts={attempts}", f"eval.concurrency={concurrency}", *common)
             rates[concurrency] = row["episodes"] / row["seconds"]
             print(f"{concurrency:>11} {row['episodes']:>8} {row['seconds']:>8.1f} {rates[concurrency]:>10.3f} "
-                  f"{row['turns'] / row['seconds']:>8.2f} {row['calls']:>10} {row['malformed']:>9} "
+                  f"{row['turns'] / row['seconds']:>8.2f} {row['tokens'] / row['seconds']:>8.1f} "
+                  f"{row['calls']:>10} {row['malformed']:>9} "
                   f"{row['pass_at_1']:>7.1%}")
         print(f"episodes/s speed-up 1 -> 16: x{rates[16] / rates[1]:.1f}")
         if args.travel:

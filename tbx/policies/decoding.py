@@ -5,30 +5,38 @@ Our own small loop rather than `model.generate`, so that:
   which other turns share its batch (up to float differences between batch shapes);
 - greedy decoding (temperature 0) of a batch equals decoding each prompt alone: rows are
   padded, masked, and get position ids that count only their real tokens;
-- the prompt prefix every request shares (system message, tool schemas, demonstrations: ~550
-  tokens for the mock domain) is encoded once and its key/value cache reused — prefill of that
-  prefix is most of the cost of a turn on CPU;
-- finished rows leave the batch (their cache rows are dropped); a row stops at an end-of-turn
-  token or right after its first `</tool_call>` (one call per turn: small models otherwise go on
-  to invent the tool's response).
+- the fixed prompt prefix (system message, tool schemas, demonstrations: ~550 tokens for the
+  mock domain, 600-1,100 for the benchmark domains) is encoded once per domain and its keys and
+  values reused; rows of one batch may continue different prefixes, and each prefix is read
+  once per step rather than copied into every row (`tbx.policies.shared_prefix`);
+- continuous batching: a row stops at an end-of-turn token or right after its first
+  `</tool_call>` (one call per turn: small models otherwise go on to invent the tool's response)
+  and is delivered at once; new requests join the running batch between steps;
+- an episode's next turn starts from the keys/values of its previous turn where its prompt
+  continues it (the longest shared run of tokens), so only the new messages are encoded.
 
-Row layout of the first forward pass: `[shared prefix][padding][rest of the prompt]`, so every
-row's last prompt token sits in the last column and positions run on from the prefix.
+Each row's own cache holds `[padding][rest of the prompt][generated]`, so every row's last prompt
+token sits in the last column; positions run on from the row's own prefix.
 """
 
 from __future__ import annotations
 
-import copy
 import inspect
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tbx.policies import shared_prefix
 from tbx.policies.parsing import CALL_CLOSE
+from tbx.policies.shared_prefix import SharedPrefix
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
-_PREFIX_ENTRIES = 8  # prefix caches kept (one per domain/tool set in use; ~90 MB each for a benchmark domain)
+_PREFIX_ENTRIES = 8  # prefix caches kept (one per domain/tool set in use; ~50 MB each for a benchmark domain)
+_PREFILL_CHUNK = 256  # prompt columns per prefill pass behind shared prefixes
+_CONVERSATION_BYTES = 1 << 30  # keys/values of finished turns kept for their episodes' next turns (SmolLM2: ~46 KB a token)
+_MIN_REUSE = 8  # tokens a next turn must share with a kept turn (past its prefix) to start from it
 
 
 def _growing_layer_class() -> type:
@@ -65,6 +73,17 @@ def _growing_layer_class() -> type:
             self.keys = self._keys[..., :length + new, :]
             self.values = self._values[..., :length + new, :]
             return self.keys, self.values
+
+        def join(self, other, pad_self: int, pad_other: int, room: int) -> None:  # noqa: ANN001
+            """Append `other`'s rows below this layer's, each side padded on the left to one length
+            (the attention mask hides the padding), with `room` spare positions after."""
+            rows, length = self.keys.shape[0], self.keys.shape[-2] + pad_self
+            shape = (rows + other.keys.shape[0], *self.keys.shape[1:-2], length + room, self.keys.shape[-1])
+            keys, values = self.keys.new_zeros(shape), self.values.new_zeros(shape)
+            keys[:rows, ..., pad_self:length, :], values[:rows, ..., pad_self:length, :] = self.keys, self.values
+            keys[rows:, ..., pad_other:length, :], values[rows:, ..., pad_other:length, :] = other.keys, other.values
+            self._keys, self._values = keys, values
+            self.keys, self.values = keys[..., :length, :], values[..., :length, :]
 
         def batch_select_indices(self, indices) -> None:  # noqa: ANN001
             if hasattr(self, "_keys") and self.get_seq_length() > 0:
@@ -122,6 +141,25 @@ def reserve_cache(cache: Any, extra: int) -> Any:
     return cache
 
 
+def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share (slice comparisons, halving: fast in C)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _joined(parts: Sequence[Any]) -> Any:
+    """Tensors [kv_heads, length, head_dim] end to end along the length."""
+    import torch
+
+    return torch.cat(list(parts), dim=1) if len(parts) > 1 else parts[0]
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
     prompt_ids: tuple[int, ...]
@@ -139,11 +177,38 @@ class Generation:
     prompt_tokens: int
 
 
-class Decoder:
-    """Decodes batches of requests with one model (called from one worker thread at a time).
+@dataclass
+class _Row:
+    """One request decoding: who to deliver to, its sampler and the tokens so far."""
 
-    Sampling settings travel with each request, so policies with different settings can share
-    one decoder and its prefix cache.
+    handle: Any
+    request: GenerationRequest
+    generator: Any
+    prefix: tuple[int, ...]  # the request's cached leading part (empty: none)
+    tokens: list[int]
+
+
+@dataclass
+class _Batch:
+    """The rows decoding together: their own caches (one length, padded on the left), attention
+    mask, next positions, the logits of their next token, and the prefixes they read."""
+
+    rows: list[_Row]
+    cache: Any
+    mask: Any
+    positions: Any
+    logits: Any
+    prefixes: SharedPrefix | None
+
+
+class Decoder:
+    """Decodes requests with one model (called from one worker thread at a time).
+
+    Continuous batching: rows leave as they finish (delivered at once) and new requests join the
+    running batch between steps. Sampling settings travel with each request, so policies with
+    different settings can share one decoder and its prefix cache. Rows of one batch may continue
+    different prefixes (several domains at once): each prefix is read once per step
+    (`tbx.policies.shared_prefix`).
     """
 
     def __init__(self, model: Any, tokenizer: Any):
@@ -152,92 +217,234 @@ class Decoder:
         self.stop_ids = frozenset({tokenizer.eos_token_id} | {vocab[t] for t in STOP_TOKENS if t in vocab})
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._cache_arg = cache_argument(model)
-        self._prefixes: OrderedDict[tuple[int, ...], Any] = OrderedDict()
-        self.prefix_hits = 0  # batches that reused a cached prefix
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        self._keep_last = "logits_to_keep" in inspect.signature(base.forward).parameters
+        self._prefixes: OrderedDict[tuple[int, ...], tuple[list[Any], list[Any]]] = OrderedDict()
+        self._layout: tuple[tuple[tuple[int, ...], ...], list[Any], list[Any]] | None = None
+        self._shares: bool | None = None  # whether the model honours shared prefixes (checked on first use)
+        # Finished turns: token ids that have keys/values (prompt and generated, the last token
+        # excluded) -> (prefix length, per layer keys and values [kv_heads, own length, head_dim]).
+        self._conversations: OrderedDict[tuple[int, ...], tuple[int, list[Any], list[Any]]] = OrderedDict()
+        self.prefix_hits = 0  # prefixes read from the cache instead of encoded
+        self.encoded_tokens = 0  # prompt tokens run through the model past their prefixes
+        self.reused_tokens = 0  # prompt tokens taken from an earlier turn's keys/values instead
+
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether rows read cached prefixes (else every prompt is encoded whole)."""
+        if self._shares is None:
+            self._shares = shared_prefix.supported(self.model)
+        return self._shares
 
     def clear_prefixes(self) -> None:
         """Forget cached prefixes (their keys/values are stale once the weights change)."""
         self._prefixes.clear()
+        self._layout = None
+        self._conversations.clear()
 
     def generate_batch(self, requests: Sequence[GenerationRequest],
                        should_stop: Callable[[], bool] = lambda: False) -> list[Generation]:
-        """Decode all requests together; rows leave the batch as they finish."""
+        """Decode `requests` together and return their generations in order."""
+        results: list[Generation | None] = [None] * len(requests)
+        self.decode(list(enumerate(requests)), results.__setitem__, should_stop=should_stop)
+        return results  # type: ignore[return-value]
+
+    def decode(self, items: Sequence[tuple[Any, GenerationRequest]], deliver: Callable[[Any, Generation], None],
+               more: Callable[[int], Sequence[tuple[Any, GenerationRequest]]] = lambda rows: (),
+               should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Decode `(handle, request)` items; `deliver(handle, generation)` as each row finishes.
+
+        Between steps, `more(rows decoding now)` may hand over further items, which join the
+        running batch. Returns when no row is left (or `should_stop()`: every row still decoding
+        is delivered as it stands).
+        """
         import torch
 
-        shared = self._shared_prefix(requests)
         with torch.inference_mode():
-            room = max(len(r.prompt_ids) - len(shared) for r in requests) + max(r.max_new_tokens for r in requests)
-            cache = self._prefix_cache(shared, len(requests), room)
-            ids, mask, positions = self._layout(requests, len(shared))
-            result = self._forward(ids, mask, positions, cache)
-            reserve_cache(self._cache_of(result), max(r.max_new_tokens for r in requests))  # no-op when reserved
-            outputs = self._decode(requests, result, mask, positions[:, -1:] + 1, should_stop)
-        return [self._generation(request, tokens) for request, tokens in zip(requests, outputs, strict=True)]
+            batch = self._admit(None, items) if items else None
+            while batch is not None:
+                kept = []
+                for index, row in enumerate(batch.rows):
+                    row.tokens.append(self._pick(batch.logits[index], row.request, row.generator))
+                    if self._finished(row.tokens, row.request):
+                        self._remember(batch, index)
+                        deliver(row.handle, self._generation(row.request, row.tokens))
+                    else:
+                        kept.append(index)
+                if should_stop():
+                    for index in kept:
+                        row = batch.rows[index]
+                        deliver(row.handle, self._generation(row.request, row.tokens))
+                    return
+                batch = self._step(batch, kept)
+                if batch is None or self._joinable(batch):
+                    joining = more(len(batch.rows) if batch is not None else 0)
+                    if joining:
+                        batch = self._admit(batch, joining)
 
-    def _shared_prefix(self, requests: Sequence[GenerationRequest]) -> tuple[int, ...]:
-        """The declared prefix all requests share, leaving each at least one token to encode."""
-        length = min(min(r.prefix_len, len(r.prompt_ids) - 1) for r in requests)
-        prefix = requests[0].prompt_ids[:max(0, length)]
-        return prefix if all(r.prompt_ids[:len(prefix)] == prefix for r in requests) else ()
-
-    def _prefix_cache(self, prefix: tuple[int, ...], rows: int, room: int = 0) -> Any:
-        """A fresh cache holding `prefix` for `rows` rows with `room` spare positions (None for an empty prefix)."""
+    def _step(self, batch: _Batch, kept: list[int]) -> _Batch | None:
+        """The kept rows one token further (their next logits computed)."""
         import torch
 
-        if not prefix:
+        if not kept:
             return None
+        step = torch.tensor([batch.rows[index].tokens[-1] for index in kept], dtype=torch.long)[:, None]
+        if len(kept) < len(batch.rows):
+            rows = torch.tensor(kept, dtype=torch.long)
+            batch.cache.batch_select_indices(rows)
+            batch = _Batch([batch.rows[index] for index in kept], batch.cache, batch.mask[rows], batch.positions[rows],
+                           None, batch.prefixes.select(rows) if batch.prefixes is not None else None)
+        batch.mask = torch.cat([batch.mask, torch.ones((len(batch.rows), 1), dtype=torch.long)], dim=1)
+        batch.logits = self._forward(step, batch.mask, batch.positions, batch.cache, batch.prefixes).logits[:, -1]
+        batch.positions = batch.positions + 1
+        return batch
+
+    @staticmethod
+    def _joinable(batch: _Batch) -> bool:
+        """Whether new rows can join `batch` (every cache layer is a growing one)."""
+        return all(hasattr(layer, "join") for layer in getattr(batch.cache, "layers", (None,)))
+
+    def _admit(self, batch: _Batch | None, items: Sequence[tuple[Any, GenerationRequest]]) -> _Batch:
+        """Encode new requests and add them to `batch`: each row reads its cached prefix, starts
+        from the keys/values of its episode's previous turn where the prompt continues it, and
+        encodes only the rest."""
+        import torch
+        from transformers import DynamicCache
+
+        requests = [request for _, request in items]
+        splits = [min(r.prefix_len, len(r.prompt_ids) - 1) if self.shares_prefixes else 0 for r in requests]
+        rows = [_Row(handle, request, torch.Generator().manual_seed(request.seed), request.prompt_ids[:n], [])
+                for (handle, request), n in zip(items, splits, strict=True)]
+        room = max(r.max_new_tokens for r in requests)
+        prefixes = self._shared([row.prefix for row in rows])
+        earlier = [self._recall(r.prompt_ids, n) for r, n in zip(requests, splits, strict=True)]
+        reused = [0 if found is None else found[0][0].shape[1] for found in earlier]
+        rests = [r.prompt_ids[n + c:] for r, n, c in zip(requests, splits, reused, strict=True)]
+        ids, mask, positions = left_padded(rests, 0, self.pad_id)
+        positions = positions + torch.tensor([n + c for n, c in zip(splits, reused, strict=True)])[:, None]
+        cache, width = None, max(reused)
+        if width:  # rows that continue an earlier turn start from its keys/values, right-aligned
+            sample = next(found for found in earlier if found is not None)[0][0]  # [kv_heads, length, head_dim]
+            shape = (len(rows), sample.shape[0], width, sample.shape[2])
+            layers = [(sample.new_zeros(shape), sample.new_zeros(shape)) for _ in earlier[reused.index(width)][0]]
+            head = torch.zeros((len(rows), width), dtype=torch.long)
+            for row, (found, count) in enumerate(zip(earlier, reused, strict=True)):
+                if found is not None:
+                    head[row, width - count:] = 1
+                    for (keys, values), found_keys, found_values in zip(layers, *found, strict=True):
+                        keys[row, :, width - count:], values[row, :, width - count:] = found_keys, found_values
+            mask = torch.cat([head, mask], dim=1)
+            cache = reserve_cache(DynamicCache(ddp_cache_data=layers), ids.shape[1] + room)
+        self.reused_tokens += sum(reused)
+        self.encoded_tokens += sum(len(rest) for rest in rests)
+        logits, cache = self._prefill(ids, mask, positions, prefixes, room, cache)
+        new = _Batch(rows, cache, mask, positions[:, -1:] + 1, logits, prefixes)
+        if batch is None:
+            return new
+        old_width, new_width = batch.mask.shape[1], new.mask.shape[1]
+        pad_old, pad_new = max(0, new_width - old_width), max(0, old_width - new_width)
+        for layer, other in zip(batch.cache.layers, new.cache.layers, strict=True):
+            layer.join(other, pad_old, pad_new, room)
+        rows = batch.rows + new.rows
+        mask = torch.cat([torch.nn.functional.pad(batch.mask, (pad_old, 0)),
+                          torch.nn.functional.pad(new.mask, (pad_new, 0))])
+        return _Batch(rows, batch.cache, mask, torch.cat([batch.positions, new.positions]),
+                      torch.cat([batch.logits, new.logits]), self._shared([row.prefix for row in rows]))
+
+    def _remember(self, batch: _Batch, index: int) -> None:
+        """Keep a finished row's own keys/values: its episode's next turn usually continues it."""
+        row = batch.rows[index]
+        tokens = row.request.prompt_ids + tuple(row.tokens[:-1])  # the last token was never fed
+        if not self._joinable(batch) or len(tokens) - len(row.prefix) < _MIN_REUSE:
+            return
+        columns = batch.mask[index].nonzero().squeeze(1)  # the row's real positions, in order
+        if len(columns) != len(tokens) - len(row.prefix):
+            return
+        keys = [layer.keys[index].index_select(1, columns) for layer in batch.cache.layers]
+        values = [layer.values[index].index_select(1, columns) for layer in batch.cache.layers]
+        self._conversations[tokens] = (len(row.prefix), keys, values)
+        self._conversations.move_to_end(tokens)
+        size = lambda entry: sum(t.numel() * t.element_size() for t in entry[1] + entry[2])  # noqa: E731
+        held = sum(size(entry) for entry in self._conversations.values())
+        while held > _CONVERSATION_BYTES and len(self._conversations) > 1:
+            held -= size(self._conversations.popitem(last=False)[1])
+
+    def _recall(self, prompt: tuple[int, ...], split: int) -> tuple[list[Any], list[Any]] | None:
+        """Keys and values of the longest kept turn this prompt continues past its prefix, cut to
+        the shared length and leaving at least the prompt's last token to encode (None: none)."""
+        best, best_length = None, 0
+        for tokens, (prefix_len, _, _) in self._conversations.items():
+            if prefix_len == split:
+                length = min(_common_length(tokens, prompt), len(prompt) - 1) - split
+                if length >= _MIN_REUSE and length > best_length:
+                    best, best_length = tokens, length
+        if best is None:
+            return None
+        self._conversations.move_to_end(best)
+        _, keys, values = self._conversations[best]
+        return [k[:, :best_length] for k in keys], [v[:, :best_length] for v in values]
+
+    def _shared(self, prefixes: Sequence[tuple[int, ...]]) -> SharedPrefix | None:
+        """The rows' distinct prefixes end to end, each row masked to its own (None: no row has one)."""
+        import torch
+
+        distinct = tuple(dict.fromkeys(prefix for prefix in prefixes if prefix))
+        if not distinct:
+            return None
+        if self._layout is None or self._layout[0] != distinct:
+            parts = [self._prefix(prefix) for prefix in distinct]
+            self._layout = (distinct, [_joined(layer) for layer in zip(*(p[0] for p in parts), strict=True)],
+                            [_joined(layer) for layer in zip(*(p[1] for p in parts), strict=True)])
+        _, keys, values = self._layout
+        starts = itertools.accumulate((len(p) for p in distinct), initial=0)
+        segments = [(start, start + len(prefix),
+                     torch.tensor([row for row, own in enumerate(prefixes) if own == prefix], dtype=torch.long))
+                    for prefix, start in zip(distinct, starts, strict=False)]
+        return SharedPrefix(keys, values, segments)
+
+    def _prefix(self, prefix: tuple[int, ...]) -> tuple[list[Any], list[Any]]:
+        """Per layer keys and values of `prefix`, encoded once and kept (least recently used out)."""
+        import torch
+
         if prefix in self._prefixes:
             self._prefixes.move_to_end(prefix)
             self.prefix_hits += 1
-        else:
-            ids = torch.tensor([prefix], dtype=torch.long)
-            result = self._forward(ids, torch.ones_like(ids), torch.arange(len(prefix))[None, :], None)
-            self._prefixes[prefix] = self._cache_of(result)
-            if len(self._prefixes) > _PREFIX_ENTRIES:
-                self._prefixes.popitem(last=False)
-        cache = copy.deepcopy(self._prefixes[prefix])  # decoding extends it; keep the stored one intact
-        if rows > 1:
-            cache.batch_repeat_interleave(rows)
-        return reserve_cache(cache, room)
+            return self._prefixes[prefix]
+        ids = torch.tensor([prefix], dtype=torch.long)
+        result = self._forward(ids, torch.ones_like(ids), torch.arange(len(prefix))[None, :], None, None)
+        self._prefixes[prefix] = shared_prefix.prefix_tensors(self._cache_of(result))
+        if len(self._prefixes) > _PREFIX_ENTRIES:
+            self._prefixes.popitem(last=False)
+        return self._prefixes[prefix]
 
-    def _layout(self, requests: Sequence[GenerationRequest], shared: int) -> tuple[Any, Any, Any]:
-        """Input ids of each row's unshared part (padded on the left), mask and positions."""
-        return left_padded([r.prompt_ids[shared:] for r in requests], shared, self.pad_id)
+    def _prefill(self, ids: Any, mask: Any, positions: Any, prefixes: SharedPrefix | None, new_tokens: int,
+                 cache: Any = None) -> tuple[Any, Any]:
+        """Encode the rows' own parts after what `cache` holds (in chunks of `_PREFILL_CHUNK`
+        columns behind shared prefixes, which bounds the attention scores' memory): the last
+        column's logits, and the cache with room to decode into. `mask` covers cache and ids."""
+        width, held = ids.shape[1], mask.shape[1] - ids.shape[1]
+        chunk = width if prefixes is None else _PREFILL_CHUNK
+        for start in range(0, width, chunk):
+            end = min(width, start + chunk)
+            result = self._forward(ids[:, start:end], mask[:, :held + end], positions[:, start:end], cache, prefixes,
+                                   last_only=True)
+            if cache is None:
+                cache = reserve_cache(self._cache_of(result), width - end + new_tokens)
+        return result.logits[:, -1], cache
 
-    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any) -> Any:
-        return self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                          **{self._cache_arg: cache})
+    def _forward(self, ids: Any, mask: Any, positions: Any, cache: Any, prefixes: SharedPrefix | None,
+                 last_only: bool = False) -> Any:
+        arguments = dict(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        arguments[self._cache_arg] = cache
+        if last_only and self._keep_last:
+            arguments["logits_to_keep"] = 1  # the next token's logits only, not the whole prompt's
+        if prefixes is None:
+            return self.model(**arguments)
+        with shared_prefix.switched(self.model):
+            return self.model(**arguments, tbx_prefix=prefixes)
 
     def _cache_of(self, result: Any) -> Any:
         return cache_of(result)
-
-    def _decode(self, requests: Sequence[GenerationRequest], result: Any, mask: Any, next_positions: Any,
-                should_stop: Callable[[], bool]) -> list[list[int]]:
-        import torch
-
-        generators = [torch.Generator().manual_seed(r.seed) for r in requests]
-        outputs: list[list[int]] = [[] for _ in requests]
-        active = list(range(len(requests)))  # request index of each row still decoding
-        while True:
-            logits = result.logits[:, -1, :]
-            tokens = [self._pick(logits[row], requests[index], generators[index]) for row, index in enumerate(active)]
-            keep = []
-            for row, (index, token) in enumerate(zip(active, tokens, strict=True)):
-                outputs[index].append(token)
-                if not self._finished(outputs[index], requests[index]):
-                    keep.append(row)
-            if not keep or should_stop():
-                return outputs
-            cache = self._cache_of(result)
-            step = torch.tensor(tokens, dtype=torch.long)[:, None]
-            if len(keep) < len(active):
-                rows = torch.tensor(keep, dtype=torch.long)
-                cache.batch_select_indices(rows)
-                mask, next_positions, step = mask[rows], next_positions[rows], step[rows]
-                active = [active[row] for row in keep]
-            mask = torch.cat([mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
-            result = self._forward(step, mask, next_positions, cache)
-            next_positions = next_positions + 1
 
     def _pick(self, logits: Any, request: GenerationRequest, generator: Any) -> int:
         """Greedy at temperature 0; else a top-p sample from this request's generator."""

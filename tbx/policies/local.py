@@ -1,21 +1,22 @@
 """The embedded policy: a transformers model in this process, batched across episodes.
 
-Decoding a 135M model on CPU is memory-bound, so batching is the lever (~9 tokens/s at batch 1,
-~58 at 16 on 2 cores; shared/notes/machine-facts.md). Every agent submits its prompt to one
-`BatchScheduler`, which collects the turns pending from all concurrent episodes and decodes them
-together in a worker thread, so the event loop keeps running tools and user simulators.
+Decoding a 135M model on CPU is memory-bound, so batching is the lever (~13 tokens/s at batch 1,
+~75 at 16 on 2 cores behind a 1,100-token prompt prefix). Every agent submits its prompt to one
+`BatchScheduler`, which decodes the turns of all concurrent episodes together in a worker thread
+(continuous batching: finished turns go back at once, new turns join between steps), so the
+event loop keeps running tools and user simulators.
 
 Decoding (`tbx.policies.decoding`) is seeded per request, gives the same greedy output batched
-or alone, and reuses the key/value cache of the prompt prefix every turn shares (system message,
-tools, demonstrations). The output is read by the shared parser, the same one every other path uses.
+or alone, and reuses the key/value cache of each domain's prompt prefix (system message, tools,
+demonstrations), which rows of different domains read side by side. The output is read by the shared parser, the same one every other path uses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from tbx.config import Config, ModelConfig
@@ -34,86 +35,102 @@ from tbx.policies.prompting import (
     render_prompt,
 )
 
+Item = tuple[asyncio.Future, GenerationRequest]
+# run(items, deliver, more, should_stop): decode `items`, `deliver(future, generation)` as each
+# finishes, take further items from `more(rows decoding now)` between steps (Decoder.decode).
+RunStream = Callable[[list[Item], Callable[[asyncio.Future, Generation], None], Callable[[int], list[Item]],
+                      Callable[[], bool]], None]
 
-def _prefix_key(request: GenerationRequest) -> tuple[int, ...]:
-    return request.prompt_ids[: request.prefix_len]
+
+def _settle(future: asyncio.Future, generation: Generation) -> None:
+    if not future.done():
+        future.set_result(generation)
 
 
 class BatchScheduler:
-    """Collects requests from concurrent coroutines and runs them as batches in one thread.
+    """Collects requests from concurrent coroutines and decodes them together in one thread.
 
-    While a batch decodes, new requests queue up; the next batch takes up to `batch_size` of
-    them. After the first request of an idle period it waits `gather_s` for company. The worker
-    starts on first use and restarts when used from another event loop.
+    Continuous batching: a stream starts with up to `batch_size` waiting requests (after the first
+    request of an idle period it waits `gather_s` for company); each finished turn is delivered at
+    once, so its episode goes on to its tools while the others decode; requests that arrive while
+    the stream runs join it between steps, up to `batch_size` rows. The worker starts on first use
+    and restarts when used from another event loop.
     """
 
-    def __init__(self, run_batch: Callable[[list[GenerationRequest], Callable[[], bool]], list[Generation]],
-                 batch_size: int, gather_s: float = 0.02):
-        self.run_batch, self.batch_size, self.gather_s = run_batch, max(1, batch_size), gather_s
+    def __init__(self, run: RunStream, batch_size: int, gather_s: float = 0.02):
+        self.run, self.batch_size, self.gather_s = run, max(1, batch_size), gather_s
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tbx-decode")
         self._closing = threading.Event()
-        self._queue: asyncio.Queue | None = None
+        self._lock = threading.Lock()
+        self._pending: collections.deque[Item] = collections.deque()
+        self._running: set[asyncio.Future] = set()  # taken by the decoder, not yet delivered
+        self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._running: list[asyncio.Future] = []  # futures of the batch decoding now
-        self.batches: list[int] = []  # size of each batch run, for benchmarks and tests
-        self._deferred: list[tuple[GenerationRequest, asyncio.Future]] = []  # other prefixes, waiting
+        self.batches: list[int] = []  # requests admitted together (one prefill each), for benchmarks and tests
 
     async def submit(self, request: GenerationRequest) -> Generation:
         if self._closing.is_set():
             raise InfraError("the local model's scheduler is closed")
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done() or self._loop is not loop:
-            self._loop, self._queue, self._deferred = loop, asyncio.Queue(), []
+            with self._lock:
+                self._pending.clear()  # left by an event loop that is gone
+            self._loop, self._wake = loop, asyncio.Event()
             self._worker = loop.create_task(self._serve())
         future: asyncio.Future[Generation] = loop.create_future()
-        self._queue.put_nowait((request, future))
+        with self._lock:
+            self._pending.append((future, request))
+        self._wake.set()
         return await future
 
-    async def _gather(self) -> list[tuple[GenerationRequest, asyncio.Future]]:
-        """The next batch: requests that share the first one's cached prefix (same domain and
-        tools), so the batch reuses one prefix cache instead of encoding every long prompt;
-        requests with another prefix wait for a later batch, in arrival order."""
-        first = self._deferred.pop(0) if self._deferred else await self._queue.get()
-        key = _prefix_key(first[0])
-        batch, kept = [first], []
-        for item in self._deferred:
-            (batch if _prefix_key(item[0]) == key and len(batch) < self.batch_size else kept).append(item)
-        self._deferred = kept
-        deadline = time.monotonic() + self.gather_s
-        while len(batch) < self.batch_size:
-            if self._queue.empty():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                await asyncio.sleep(min(remaining, 0.005))
-                continue
-            item = self._queue.get_nowait()
-            (batch if _prefix_key(item[0]) == key else self._deferred).append(item)
-        return [(request, future) for request, future in batch if not future.done()]
+    def _take(self, rows: int) -> list[Item]:
+        """Waiting requests to fill the stream up to `batch_size` rows (called from the decoder's thread)."""
+        taken: list[Item] = []
+        with self._lock:
+            while self._pending and rows + len(taken) < self.batch_size:
+                future, request = self._pending.popleft()
+                if not future.done():  # a cancelled turn is not decoded
+                    taken.append((future, request))
+            self._running.update(future for future, _ in taken)
+        if taken:
+            self.batches.append(len(taken))
+        return taken
+
+    def _deliver(self, future: asyncio.Future, generation: Generation) -> None:
+        with self._lock:
+            self._running.discard(future)
+        try:
+            future.get_loop().call_soon_threadsafe(_settle, future, generation)
+        except RuntimeError:  # its event loop is closed: nobody waits for it
+            pass
+
+    def _stream(self) -> None:
+        items = self._take(0)
+        if items:
+            self.run(items, self._deliver, self._take, self._closing.is_set)
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            batch = await self._gather()
-            if not batch:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._pending:
                 continue
-            self.batches.append(len(batch))
-            self._running = [future for _, future in batch]
+            await asyncio.sleep(self.gather_s)
             try:
-                results = await loop.run_in_executor(self._executor, self.run_batch,
-                                                     [request for request, _ in batch], self._closing.is_set)
-            except Exception as exc:  # the model failed: every waiting turn gets an infra error
-                for _, future in batch:
+                await loop.run_in_executor(self._executor, self._stream)
+            except Exception as exc:  # the model failed: every turn it held gets an infra error
+                with self._lock:
+                    failed, self._running = list(self._running), set()
+                for future in failed:
                     if not future.done():
                         future.set_exception(InfraError(f"local generation failed: {exc!r}"))
-                continue
-            for (_, future), result in zip(batch, results, strict=True):
-                if not future.done():
-                    future.set_result(result)
+            if self._pending:
+                self._wake.set()
 
     async def aclose(self) -> None:
-        """Stop: the running batch ends after its current step; every waiting turn gets InfraError."""
+        """Stop: the running stream ends after its current step; every waiting turn gets InfraError."""
         self._closing.set()
         if self._worker is not None and not self._worker.done() and self._loop is asyncio.get_running_loop():
             self._worker.cancel()
@@ -121,9 +138,9 @@ class BatchScheduler:
                 await self._worker
             except asyncio.CancelledError:
                 pass
-        waiting = list(self._running)
-        while self._queue is not None and not self._queue.empty():
-            waiting.append(self._queue.get_nowait()[1])
+        with self._lock:
+            waiting = list(self._running) + [future for future, _ in self._pending]
+            self._running, self._pending = set(), collections.deque()
         for future in waiting:
             if not future.done():
                 future.set_exception(InfraError("the local model's scheduler was closed"))
@@ -146,7 +163,7 @@ class LocalPolicy(Policy):
         self.price_output_per_mtok = model_cfg.price_output_per_mtok
         self.tool_format = check_tool_format(model_cfg.tool_format)
         self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer)
-        self.scheduler = BatchScheduler(self.decoder.generate_batch, model_cfg.batch_size)
+        self.scheduler = BatchScheduler(self.decoder.decode, model_cfg.batch_size)
 
     @classmethod
     def from_config(cls, cfg: Config) -> LocalPolicy:

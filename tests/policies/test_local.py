@@ -122,11 +122,12 @@ def test_chatml_fallback_without_a_chat_template():
 # --- the batching scheduler (a fake decoder at the seam) ----------------------------------------
 
 def echo_batch(sizes: list[int], fail: bool = False):
-    def run(requests, should_stop):
-        sizes.append(len(requests))
+    def run(items, deliver, more, should_stop):
+        sizes.append(len(items))
         if fail:
             raise RuntimeError("out of memory")
-        return [Generation((r.seed,), f"seed {r.seed}", len(r.prompt_ids)) for r in requests]
+        for future, r in items:
+            deliver(future, Generation((r.seed,), f"seed {r.seed}", len(r.prompt_ids)))
     return run
 
 
@@ -141,30 +142,52 @@ def test_scheduler_batches_concurrent_requests_and_routes_results():
 
     results = asyncio.run(main())
     assert [r.text for r in results] == [f"seed {seed}" for seed in range(10)]
-    assert sum(sizes) == 10 and max(sizes) == 4 and len(sizes) == 3  # 4 + 4 + 2
+    assert sizes == [4, 4, 2] and scheduler.batches == [4, 4, 2]
 
 
-def test_scheduler_batches_only_requests_that_share_a_cached_prefix():
-    # two domains' prompts (prefixes (1, 2) and (3, 4)) arrive interleaved: each batch holds one
-    # prefix, so it reuses one prefix cache; nobody waits forever and every result is routed back
-    prefixes: list[set] = []
+def test_scheduler_streams_mixed_prefixes_and_lets_late_turns_join():
+    # A fake decoder that takes a step at a time: each row finishes after 3 steps and is delivered
+    # at once; between steps it asks for more. Turns of two domains (prefixes (1, 2) and (3, 4))
+    # decode side by side, a turn submitted after its own previous one came back joins the running
+    # stream, and the stream never holds more than batch_size rows.
+    log: list[tuple[str, int, frozenset]] = []
+    widest: list[int] = []
 
-    def run(requests, should_stop):
-        prefixes.append({r.prompt_ids[:r.prefix_len] for r in requests})
-        return [Generation((r.seed,), f"seed {r.seed}", len(r.prompt_ids)) for r in requests]
+    def run(items, deliver, more, should_stop):
+        log.append(("start", len(items), frozenset(r.prompt_ids[:r.prefix_len] for _, r in items)))
+        rows = [[future, request, 0] for future, request in items]
+        while rows:
+            time.sleep(0.01)
+            for row in rows:
+                row[2] += 1
+            for future, request, _ in [row for row in rows if row[2] == 3]:
+                deliver(future, Generation((request.seed,), f"seed {request.seed}", len(request.prompt_ids)))
+            rows = [row for row in rows if row[2] < 3]
+            joining = more(len(rows))
+            if joining:
+                log.append(("join", len(joining), frozenset(r.prompt_ids[:r.prefix_len] for _, r in joining)))
+            rows += [[future, request, 0] for future, request in joining]
+            widest.append(len(rows))
 
-    scheduler = BatchScheduler(run, batch_size=4)
+    scheduler = BatchScheduler(run, batch_size=3)
+
+    async def episode(seed: int) -> list[str]:
+        prompt = (1, 2, 9) if seed % 2 == 0 else (3, 4, 9)
+        first = await scheduler.submit(GenerationRequest(prompt, 8, seed, prefix_len=2))
+        second = await scheduler.submit(GenerationRequest(prompt + (7,), 8, seed + 100, prefix_len=2))
+        return [first.text, second.text]
 
     async def main():
-        requests = [GenerationRequest((1, 2, 9) if seed % 2 == 0 else (3, 4, 9), 8, seed, prefix_len=2)
-                    for seed in range(10)]
-        results = await asyncio.gather(*(scheduler.submit(r) for r in requests))
+        results = await asyncio.gather(*(episode(seed) for seed in range(4)))
         await scheduler.aclose()
         return results
 
     results = asyncio.run(main())
-    assert [r.text for r in results] == [f"seed {seed}" for seed in range(10)]
-    assert all(len(batch) == 1 for batch in prefixes) and len(prefixes) >= 3
+    assert results == [[f"seed {seed}", f"seed {seed + 100}"] for seed in range(4)]
+    assert log[0][0] == "start" and log[0][1] == 3 and log[0][2] == {(1, 2), (3, 4)}
+    assert any(kind == "join" for kind, _, _ in log)  # later turns joined a running stream
+    assert sum(n for _, n, _ in log) == 8 and max(widest) <= 3
+    assert sum(1 for kind, _, _ in log if kind == "start") < 4
 
 
 def test_scheduler_failure_is_infra_error_and_close_is_final():
@@ -183,11 +206,10 @@ def test_scheduler_failure_is_infra_error_and_close_is_final():
 def test_closing_while_a_batch_decodes_fails_its_turns():
     started = threading.Event()
 
-    def slow(requests, should_stop):
+    def slow(items, deliver, more, should_stop):
         started.set()
         while not should_stop():  # the decoder checks this flag after every step
             time.sleep(0.01)
-        return [Generation((), "", 0) for _ in requests]
 
     scheduler = BatchScheduler(slow, batch_size=2)
 
@@ -310,6 +332,48 @@ def test_batched_greedy_equals_one_at_a_time(loaded, decoder):
     assert len({len(r.prompt_ids) for r in short}) > 1
     assert [g.token_ids for g in decoder.generate_batch(short)] == \
         [decoder.generate_batch([r])[0].token_ids for r in short]
+
+
+@pytest.mark.slow
+def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder):
+    """Continuous batching: rows of two tool sets (two cached prefixes) and a prompt without one
+    join a running batch between steps, and an episode's next turn starts from its previous
+    turn's keys/values; every row's greedy tokens equal decoding it alone on a fresh decoder."""
+    policy = greedy_policy(loaded, decoder, max_new_tokens=16)
+
+    def request(messages, tools, seed=0):
+        ids = policy.prompt_ids(messages, tools)
+        return GenerationRequest(ids, 16, seed, policy.prefix_length(messages, tools, ids))
+
+    def alone(req):
+        return Decoder(loaded.model, loaded.tokenizer).generate_batch([req])[0].token_ids
+
+    first = request(conversation(REQUESTS[0]), TOOLS)
+    reply = decoder.generate_batch([first])[0]
+    parsed = parse_assistant_text(reply.text)
+    messages = conversation(REQUESTS[0]) + [Message("assistant", parsed.content, parsed.tool_calls),
+                                            Message("user", "Thanks. Now look up account 4, please.")]
+    before = decoder.reused_tokens
+    following = request(messages, TOOLS)
+    assert decoder.generate_batch([following])[0].token_ids == alone(following)
+    assert decoder.reused_tokens - before >= len(first.prompt_ids) - first.prefix_len  # the first turn was not re-encoded
+
+    starting = [request(conversation(REQUESTS[1]), TOOLS[:1]), request(conversation(REQUESTS[2]), TOOLS)]
+    joining = [request(conversation(REQUESTS[3]), TOOLS[1:]), request(messages, TOOLS),
+               GenerationRequest(policy.prompt_ids([Message("user", REQUESTS[3])], []), 16, 0)]
+    assert len({r.prompt_ids[:r.prefix_len] for r in starting + joining}) == 4  # three prefixes and none
+    results: dict[int, Generation] = {}
+    asked: list[int] = []
+
+    def more(rows):
+        asked.append(rows)
+        if len(asked) == 3:  # two steps into the batch
+            return list(enumerate(joining, start=len(starting)))
+        return []
+
+    decoder.decode(list(enumerate(starting)), results.__setitem__, more)
+    assert asked[2] == 2 and len(results) == 5
+    assert [results[i].token_ids for i in range(5)] == [alone(r) for r in starting + joining]
 
 
 @pytest.mark.slow

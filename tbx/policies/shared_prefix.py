@@ -1,0 +1,185 @@
+"""Attention over cached prompt prefixes that every row of a batch reads once, not one copy per row.
+
+Every turn starts with a long fixed part (system message, tool schemas, demonstrations: 600-1,100
+SmolLM2 tokens). Copying its keys and values into every row of a batch makes a decode step read
+`rows x prefix` positions: 16 rows behind a 1,100-token prefix cost 5x one row on 2 cores. Here
+the prefixes of a batch (one per domain/tool set in it) sit once in a `SharedPrefix`; each row's
+own cache holds only the rest of its prompt and what it generated. Attention splits in two
+parts merged by their softmax normalisers (the log-sum-exp merge of cascade attention):
+
+- prefix part: per prefix, the queries of the rows that continue it against its keys and values
+  in one matmul per key/value head (those rows folded into the query rows);
+- own part: each row's queries against its own cache, with the usual causal and padding mask.
+
+Registered with transformers' attention interface under `NAME`; the decoder switches a model to
+it only while decoding and passes the prefixes as the `tbx_prefix` forward argument. Without that
+argument it is transformers' SDPA attention, unchanged. `supported(model)` checks on a short
+random prompt that a model's forward honours it (models whose attention does not go through the
+interface, or with sliding windows, decode without a prefix cache instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+NAME = "tbx_shared_prefix"
+
+
+@dataclass
+class SharedPrefix:
+    """The prefixes a batch reads: per layer keys and values [kv_heads, total, head_dim] of the
+    distinct prefixes laid end to end, and for each prefix its span and the rows that read it."""
+
+    keys: Sequence[Any]
+    values: Sequence[Any]
+    segments: Sequence[tuple[int, int, Any]]  # (start, end, row indices [n] as a tensor)
+
+    def select(self, rows: Any) -> SharedPrefix:
+        """The same prefixes for a subset of rows (`rows`: the kept row indices, ascending)."""
+        import torch
+
+        renumber = torch.full((int(rows.max()) + 1 if len(rows) else 1,), -1, dtype=torch.long)
+        renumber[rows] = torch.arange(len(rows))
+        segments = []
+        for start, end, members in self.segments:
+            members = members[members < len(renumber)]
+            kept = renumber[members]
+            kept = kept[kept >= 0]
+            if len(kept):
+                segments.append((start, end, kept))
+        return SharedPrefix(self.keys, self.values, segments)
+
+
+def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float | None = None,
+              dropout: float = 0.0, tbx_prefix: SharedPrefix | None = None, **kwargs: Any) -> tuple[Any, None]:
+    """query [b, heads, q, d]; key/value [b, kv_heads, s, d] (the rows' own caches, new tokens
+    included); attention_mask a boolean [b, 1, q, s] (True: attend). Returns [b, q, heads, d].
+
+    Each part gives its running maximum, normaliser and unnormalised output per query; the two
+    are merged exactly as one softmax over prefix and own positions would weigh them.
+    """
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if tbx_prefix is None:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                                      **kwargs)
+    rows, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    width = heads // kv_heads * length  # queries per key/value head and row (head h reads kv head h // group)
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(dim)
+    grouped = query.reshape(rows, kv_heads, width, dim)
+
+    # Own part: each row against its own cache, masked.
+    own_scores = torch.matmul(grouped, key.transpose(-1, -2)).mul_(scale)  # [b, kvh, width, s]
+    if attention_mask is not None:
+        own_scores.view(rows, kv_heads, -1, length, own_scores.shape[-1]).masked_fill_(
+            ~attention_mask[:, :, None], float("-inf"))
+    own_top = own_scores.amax(-1)
+    own_top = torch.where(torch.isfinite(own_top), own_top, torch.zeros_like(own_top))
+    own_weights = (own_scores - own_top[..., None]).exp_()
+    own_norm, own_out = own_weights.sum(-1), torch.matmul(own_weights, value)
+
+    # Prefix part: per prefix, the rows that read it, the batch folded into the query rows.
+    prefix_top = torch.full_like(own_top, float("-inf"))
+    prefix_norm, prefix_out = torch.zeros_like(own_norm), torch.zeros_like(own_out)
+    prefix_keys, prefix_values = tbx_prefix.keys[module.layer_idx], tbx_prefix.values[module.layer_idx]
+    for start, end, members in tbx_prefix.segments:
+        count = len(members)
+        folded = grouped.index_select(0, members).transpose(0, 1).reshape(kv_heads, count * width, dim)
+        scores = torch.bmm(folded, prefix_keys[:, start:end].transpose(1, 2)).mul_(scale)  # [kvh, n*width, len]
+        top = scores.amax(-1, keepdim=True)
+        weights = (scores - top).exp_()
+        out = torch.bmm(weights, prefix_values[:, start:end])  # [kvh, n*width, d]
+        shape = (kv_heads, count, width, -1)  # back to [n, kvh, width, .]
+        prefix_top.index_copy_(0, members, top.reshape(shape).transpose(0, 1)[..., 0])
+        prefix_norm.index_copy_(0, members, weights.sum(-1, keepdim=True).reshape(shape).transpose(0, 1)[..., 0])
+        prefix_out.index_copy_(0, members, out.reshape(shape).transpose(0, 1))
+
+    top = torch.maximum(own_top, prefix_top)
+    own_factor, prefix_factor = (own_top - top).exp(), (prefix_top - top).exp()
+    norm = own_norm * own_factor + prefix_norm * prefix_factor
+    output = (own_out * own_factor[..., None] + prefix_out * prefix_factor[..., None]) / norm.clamp_min(1e-30)[..., None]
+    return output.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None
+
+
+def _mask(*args: Any, **kwargs: Any) -> Any:
+    """transformers' boolean SDPA mask, always materialised (never None for "plain causal")."""
+    from transformers.masking_utils import sdpa_mask
+
+    kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
+
+
+@functools.cache
+def register() -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, _mask)
+    return NAME
+
+
+@contextlib.contextmanager
+def switched(model: Any) -> Iterator[None]:
+    """Run `model` with this attention inside the block (its own setting is restored after)."""
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = register()
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
+def prefix_tensors(cache: Any) -> tuple[list[Any], list[Any]]:
+    """Per layer keys and values [kv_heads, length, head_dim] of a one-row cache."""
+    layers = cache.layers
+    return [layer.keys[0].contiguous() for layer in layers], [layer.values[0].contiguous() for layer in layers]
+
+
+def uses_sliding_windows(config: Any) -> bool:
+    layer_types = getattr(config, "layer_types", None) or ()
+    return any("sliding" in str(kind) for kind in layer_types) or bool(
+        getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+        and not layer_types)
+
+
+def supported(model: Any) -> bool:
+    """Whether `model` gives the same next-token logits with a shared prefix as on whole prompts
+    (two rows of different lengths behind two different prefixes, then one decode step)."""
+    import torch
+
+    if uses_sliding_windows(getattr(model, "config", None)):
+        return False
+    vocab = min(int(getattr(model.config, "vocab_size", 1000)), 1000)
+    generator = torch.Generator().manual_seed(0)
+    prefixes = [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in (7, 5)]
+    rests = [torch.randint(3, vocab, (n,), generator=generator).tolist() for n in (4, 2)]
+    try:
+        with torch.inference_mode():
+            expected = []
+            for prefix, rest in zip(prefixes, rests, strict=True):
+                ids = torch.tensor([prefix + rest])
+                expected.append(model(input_ids=ids, use_cache=False).logits[0, -1])
+            caches = [model(input_ids=torch.tensor([p]), use_cache=True) for p in prefixes]
+            caches = [getattr(c, "cache", None) or c.past_key_values for c in caches]
+            parts = [prefix_tensors(c) for c in caches]
+            keys = [torch.cat([p[0][i] for p in parts], dim=1) for i in range(len(parts[0][0]))]
+            values = [torch.cat([p[1][i] for p in parts], dim=1) for i in range(len(parts[0][1]))]
+            segments = [(0, 7, torch.tensor([0])), (7, 12, torch.tensor([1]))]
+            ids = torch.tensor([rests[0], [0, 0] + rests[1]])
+            mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+            positions = torch.tensor([[7, 8, 9, 10], [5, 5, 5, 6]])
+            with switched(model):
+                got = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
+                            tbx_prefix=SharedPrefix(keys, values, segments)).logits[:, -1]
+    except Exception:  # noqa: BLE001 - any failure means: not supported, decode without the prefix cache
+        return False
+    return all(torch.allclose(got[row].float(), expected[row].float(), atol=1e-3, rtol=1e-3) for row in range(2))
