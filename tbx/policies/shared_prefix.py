@@ -74,6 +74,9 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     width = heads // kv_heads * length  # queries per key/value head and row (head h reads kv head h // group)
     scale = scaling if scaling is not None else 1.0 / math.sqrt(dim)
     grouped = query.reshape(rows, kv_heads, width, dim)
+    segments = tbx_prefix.segments
+    if len(segments) == 1 and len(segments[0][2]) == rows:  # every row reads the one prefix: fewer, larger ops
+        return _one_prefix(grouped, key, value, attention_mask, scale, tbx_prefix, module.layer_idx, heads)
 
     # Own part: each row against its own cache, masked.
     own_scores = torch.matmul(grouped, key.transpose(-1, -2)).mul_(scale)  # [b, kvh, width, s]
@@ -106,6 +109,29 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     norm = own_norm * own_factor + prefix_norm * prefix_factor
     output = (own_out * own_factor[..., None] + prefix_out * prefix_factor[..., None]) / norm.clamp_min(1e-30)[..., None]
     return output.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None
+
+
+def _one_prefix(grouped: Any, key: Any, value: Any, attention_mask: Any, scale: float, prefix: SharedPrefix,
+                layer: int, heads: int) -> tuple[Any, None]:
+    """`attention` when all rows read the same prefix: one softmax over prefix and own scores."""
+    import torch
+
+    rows, kv_heads, width, dim = grouped.shape
+    start, end, _ = prefix.segments[0]
+    prefix_keys, prefix_values = prefix.keys[layer][:, start:end], prefix.values[layer][:, start:end]
+    length = end - start
+    folded = grouped.transpose(0, 1).reshape(kv_heads, rows * width, dim)
+    prefix_scores = torch.bmm(folded, prefix_keys.transpose(1, 2)).view(kv_heads, rows, width, length)
+    own_scores = torch.matmul(grouped, key.transpose(-1, -2))  # [b, kvh, width, s]
+    if attention_mask is not None:
+        own_scores.view(rows, kv_heads, -1, attention_mask.shape[2], own_scores.shape[-1]).masked_fill_(
+            ~attention_mask[:, :, None], float("-inf"))
+    weights = torch.cat([prefix_scores.transpose(0, 1), own_scores], dim=-1).mul_(scale).softmax(-1)
+    from_prefix = torch.bmm(weights[..., :length].transpose(0, 1).reshape(kv_heads, rows * width, length),
+                            prefix_values).view(kv_heads, rows, width, dim).transpose(0, 1)
+    output = torch.matmul(weights[..., length:], value).add_(from_prefix)
+    query_length = width // (heads // kv_heads)
+    return output.reshape(rows, heads, query_length, dim).transpose(1, 2).contiguous(), None
 
 
 def _mask(*args: Any, **kwargs: Any) -> Any:
