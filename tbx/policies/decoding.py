@@ -116,11 +116,16 @@ def left_padded(rests: Sequence[Sequence[int]], shared: int, pad_id: int) -> tup
     return ids, mask, positions
 
 
+def forward_parameters(model: Any) -> Any:
+    """The names the model's forward accepts (of the wrapped model, for peft wrappers)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return inspect.signature(base.forward).parameters
+
+
 def cache_argument(model: Any) -> str:
     """The forward argument that takes a key/value cache: transformers renamed `past_key_values`
     to `cache` (5.2x); accept both (and peft wrappers)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in forward_parameters(model) else "past_key_values"
 
 
 def cache_of(result: Any) -> Any:
@@ -217,8 +222,7 @@ class Decoder:
         self.stop_ids = frozenset({tokenizer.eos_token_id} | {vocab[t] for t in STOP_TOKENS if t in vocab})
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self._cache_arg = cache_argument(model)
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self._keep_last = "logits_to_keep" in inspect.signature(base.forward).parameters
+        self._keep_last = "logits_to_keep" in forward_parameters(model)
         self._prefixes: OrderedDict[tuple[int, ...], tuple[list[Any], list[Any]]] = OrderedDict()
         self._layout: tuple[tuple[tuple[int, ...], ...], list[Any], list[Any]] | None = None
         self._shares: bool | None = None  # whether the model honours shared prefixes (checked on first use)
@@ -226,7 +230,6 @@ class Decoder:
         # excluded) -> (prefix length, per layer keys and values [kv_heads, own length, head_dim]).
         self._conversations: OrderedDict[tuple[int, ...], tuple[int, list[Any], list[Any]]] = OrderedDict()
         self.prefix_hits = 0  # prefixes read from the cache instead of encoded
-        self.encoded_tokens = 0  # prompt tokens run through the model past their prefixes
         self.reused_tokens = 0  # prompt tokens taken from an earlier turn's keys/values instead
 
     @property
@@ -324,9 +327,9 @@ class Decoder:
         positions = positions + torch.tensor([n + c for n, c in zip(splits, reused, strict=True)])[:, None]
         cache, width = None, max(reused)
         if width:  # rows that continue an earlier turn start from its keys/values, right-aligned
-            sample = next(found for found in earlier if found is not None)[0][0]  # [kv_heads, length, head_dim]
-            shape = (len(rows), sample.shape[0], width, sample.shape[2])
-            layers = [(sample.new_zeros(shape), sample.new_zeros(shape)) for _ in earlier[reused.index(width)][0]]
+            found_keys = next(found for found in earlier if found is not None)[0]  # per layer [kv_heads, n, head_dim]
+            shape = (len(rows), found_keys[0].shape[0], width, found_keys[0].shape[2])
+            layers = [(layer.new_zeros(shape), layer.new_zeros(shape)) for layer in found_keys]
             head = torch.zeros((len(rows), width), dtype=torch.long)
             for row, (found, count) in enumerate(zip(earlier, reused, strict=True)):
                 if found is not None:
@@ -336,7 +339,6 @@ class Decoder:
             mask = torch.cat([head, mask], dim=1)
             cache = reserve_cache(DynamicCache(ddp_cache_data=layers), ids.shape[1] + room)
         self.reused_tokens += sum(reused)
-        self.encoded_tokens += sum(len(rest) for rest in rests)
         logits, cache = self._prefill(ids, mask, positions, prefixes, room, cache)
         new = _Batch(rows, cache, mask, positions[:, -1:] + 1, logits, prefixes)
         if batch is None:
