@@ -37,6 +37,7 @@ _PREFIX_ENTRIES = 8  # prefix caches kept (one per domain/tool set in use; ~50 M
 _PREFILL_CHUNK = 256  # prompt columns per prefill pass behind shared prefixes
 _CONVERSATION_BYTES = 1 << 30  # keys/values of finished turns kept for their episodes' next turns (SmolLM2: ~46 KB a token)
 _MIN_REUSE = 8  # tokens a next turn must share with a kept turn (past its prefix) to start from it
+_NUCLEUS_FIRST = 1024  # tokens searched for a top-p nucleus before the whole vocabulary is sorted
 
 
 def _growing_layer_class() -> type:
@@ -158,6 +159,48 @@ def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
     return low
 
 
+def pick(logits: Any, requests: Sequence[GenerationRequest], generators: Sequence[Any]) -> list[int]:
+    """Each row's next token from its logits [rows, vocab]: greedy at temperature 0; else a
+    (top-p) sample drawn with the row's own generator. All rows at once: one softmax and one
+    cumulative sum over the batch, then one uniform draw per row inverted through its row's
+    distribution (`torch.multinomial` per row over a 49k vocabulary cost ~2 ms a row: 16 rows
+    took ~30 ms of a ~180 ms decode step)."""
+    import torch
+
+    picked = logits.argmax(-1).tolist()
+    sampled = [index for index, request in enumerate(requests) if request.temperature > 0]
+    if not sampled:
+        return picked
+    temperatures = torch.tensor([[requests[index].temperature] for index in sampled])
+    chosen = logits if len(sampled) == len(requests) else logits[torch.tensor(sampled)]
+    probs = torch.softmax(chosen.float() / temperatures, dim=-1)
+    for place, index in enumerate(sampled):
+        if requests[index].top_p < 1.0:
+            probs[place] = nucleus(probs[place], requests[index].top_p)
+    cumulative = probs.cumsum(-1)
+    draws = torch.cat([torch.rand(1, generator=generators[index]) for index in sampled])
+    tokens = torch.searchsorted(cumulative, (draws * cumulative[:, -1])[:, None], right=True)
+    for index, token in zip(sampled, tokens.clamp_(max=logits.shape[-1] - 1)[:, 0].tolist(), strict=True):
+        picked[index] = token
+    return picked
+
+
+def nucleus(probs: Any, top_p: float) -> Any:
+    """`probs` [vocab] cut to its nucleus: the most likely tokens, in order, until the mass before
+    a token reaches `top_p` (the rest set to 0, not renormalised). Looks among the top 1,024
+    first and sorts the whole vocabulary only when the nucleus is wider."""
+    import torch
+
+    count = min(_NUCLEUS_FIRST, probs.numel())
+    while True:
+        top, order = torch.topk(probs, count)  # descending
+        keep = top.cumsum(0) - top <= top_p
+        if not bool(keep[-1]) or count == probs.numel():
+            break
+        count = min(count * 8, probs.numel())
+    return torch.zeros_like(probs).index_put_((order[keep],), top[keep])
+
+
 def _joined(parts: Sequence[Any]) -> Any:
     """Tensors [kv_heads, length, head_dim] end to end along the length."""
     import torch
@@ -267,8 +310,8 @@ class Decoder:
             batch = self._admit(None, items) if items else None
             while batch is not None:
                 kept = []
-                for index, row in enumerate(batch.rows):
-                    row.tokens.append(self._pick(batch.logits[index], row.request, row.generator))
+                for index, (row, token) in enumerate(zip(batch.rows, self._pick(batch), strict=True)):
+                    row.tokens.append(token)
                     if self._finished(row.tokens, row.request):
                         self._remember(batch, index)
                         deliver(row.handle, self._generation(row.request, row.tokens))
@@ -448,18 +491,8 @@ class Decoder:
     def _cache_of(self, result: Any) -> Any:
         return cache_of(result)
 
-    def _pick(self, logits: Any, request: GenerationRequest, generator: Any) -> int:
-        """Greedy at temperature 0; else a top-p sample from this request's generator."""
-        import torch
-
-        if request.temperature <= 0:
-            return int(torch.argmax(logits))
-        probs = torch.softmax(logits.float() / request.temperature, dim=-1)
-        if request.top_p < 1.0:
-            sorted_probs, order = torch.sort(probs, descending=True)
-            sorted_probs[torch.cumsum(sorted_probs, dim=-1) - sorted_probs > request.top_p] = 0.0
-            probs = torch.zeros_like(probs).scatter(0, order, sorted_probs)
-        return int(torch.multinomial(probs, 1, generator=generator))
+    def _pick(self, batch: _Batch) -> list[int]:
+        return pick(batch.logits, [row.request for row in batch.rows], [row.generator for row in batch.rows])
 
     def _finished(self, tokens: list[int], request: GenerationRequest) -> bool:
         if tokens[-1] in self.stop_ids or len(tokens) >= request.max_new_tokens:

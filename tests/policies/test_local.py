@@ -23,7 +23,7 @@ from tbx.errors import ConfigError, InfraError
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema, Usage
 from tbx.policies import hf_model
 from tbx.policies.base import EpisodeContext
-from tbx.policies.decoding import Decoder, Generation, GenerationRequest
+from tbx.policies.decoding import Decoder, Generation, GenerationRequest, nucleus, pick
 from tbx.policies.local import BatchScheduler, LocalPolicy
 from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.prompting import (
@@ -221,6 +221,64 @@ def test_closing_while_a_batch_decodes_fails_its_turns():
             await pending
 
     asyncio.run(main())
+
+
+# --- sampling (no model) -----------------------------------------------------------------------
+
+def sample_counts(logits, request, draws=20_000, rows=1):
+    import torch
+
+    generators = [torch.Generator().manual_seed(row) for row in range(rows)]
+    counts = torch.zeros(logits.shape[-1])
+    for _ in range(draws // rows):
+        for token in pick(logits.expand(rows, -1), [request] * rows, generators):
+            counts[token] += 1
+    return counts / counts.sum()
+
+
+def test_sampling_follows_the_temperature_scaled_distribution():
+    import torch
+
+    probs = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.0])
+    logits = probs.log()[None]  # the last token can never be drawn
+    freq = sample_counts(logits, GenerationRequest((1,), 1, 0, temperature=1.0), rows=4)
+    assert torch.allclose(freq, probs, atol=0.015) and freq[-1] == 0
+    hot = torch.softmax(logits[0] / 2.0, dim=-1)  # temperature 2 flattens it
+    assert torch.allclose(sample_counts(logits, GenerationRequest((1,), 1, 0, temperature=2.0)), hot, atol=0.015)
+
+
+def test_top_p_keeps_the_nucleus_only():
+    import torch
+
+    logits = torch.tensor([[0.1, 0.2, 0.3, 0.4]]).log()
+    # mass before 0.4 is 0, before 0.3 is 0.4 (<= 0.5: kept), before 0.2 is 0.7 (cut)
+    freq = sample_counts(logits, GenerationRequest((1,), 1, 0, temperature=1.0, top_p=0.5))
+    assert freq[0] == freq[1] == 0 and abs(float(freq[3]) - 4 / 7) < 0.015
+
+
+def test_nucleus_matches_sorting_the_whole_vocabulary():
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    for spread, top_p in ((4.0, 0.9), (4.0, 0.3), (0.01, 0.95), (0.5, 0.999)):  # peaked to nearly flat
+        probs = torch.softmax(torch.randn(5000, generator=generator) * spread, dim=-1)
+        ordered, order = torch.sort(probs, descending=True)
+        expected = torch.zeros_like(probs)
+        keep = ordered.cumsum(0) - ordered <= top_p
+        expected[order[keep]] = ordered[keep]
+        assert torch.equal(nucleus(probs, top_p), expected)
+
+
+def test_greedy_and_sampled_rows_mix_and_each_row_draws_from_its_own_generator():
+    import torch
+
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(1))
+    sampled = GenerationRequest((1,), 1, 0, temperature=1.0)
+    requests = [GenerationRequest((1,), 1, 0), sampled, sampled]
+    tokens = pick(logits, requests, [torch.Generator().manual_seed(seed) for seed in (0, 5, 9)])
+    assert tokens[0] == int(logits[0].argmax())
+    alone = pick(logits[2:], requests[2:], [torch.Generator().manual_seed(9)])
+    assert tokens[2] == alone[0]  # its draw does not depend on the rows beside it
 
 
 # --- conversion cache (a fake transformers at the seam) -----------------------------------------
