@@ -37,16 +37,22 @@ _PREFIX_ENTRIES = 8  # prefix caches kept (one per domain/tool set in use; ~50 M
 _PREFILL_CHUNK = 256  # prompt columns per prefill pass behind shared prefixes
 _CONVERSATION_BYTES = 1 << 30  # keys/values of finished turns kept for their episodes' next turns (SmolLM2: ~46 KB a token)
 _MIN_REUSE = 8  # tokens a next turn must share with a kept turn (past its prefix) to start from it
+_SPARE_COLUMNS = 256  # extra columns when a batch's cache buffer is reallocated
 _NUCLEUS_FIRST = 1024  # tokens searched for a top-p nucleus before the whole vocabulary is sorted
 
 
 def _growing_layer_class() -> type:
-    """A transformers cache layer that appends into preallocated room instead of `torch.cat`.
+    """A transformers cache layer for a running batch: a buffer with spare rows and columns, of
+    which the batch's keys/values are a window (rows `[0, rows)`, columns `[start, end)`).
 
-    transformers' DynamicLayer concatenates the whole cache every decoded token: with 16 rows
-    behind a 2,000-token prompt that copies ~1.6 GB per token on CPU. This layer keeps a buffer
-    with spare positions (doubling when full) and exposes the filled part as a view, so a step
-    writes only the new token's keys and values. Built lazily: transformers is imported late.
+    transformers' DynamicLayer concatenates the whole cache every decoded token (16 rows behind a
+    2,000-token prompt: ~1.6 GB copied per token on CPU), and dropping or adding a row copies
+    every row. Here a step writes only the new column; a leaving row is overwritten by the last
+    row (one row copied; `compact`); columns no row uses any more are dropped by moving the
+    window's start (`trim`); joining rows are copied into spare rows, right-aligned (`join`).
+    The buffer is reallocated (the window copied once) only when it runs out of rows or
+    columns. Positions outside a row's real tokens hold zeros or stale keys/values, always
+    finite, and the attention mask hides them. Built lazily: transformers is imported late.
     """
     from transformers.cache_utils import DynamicLayer
 
@@ -55,46 +61,85 @@ def _growing_layer_class() -> type:
             """Make room for `extra` more positions (one copy now instead of one per token)."""
             if not self.is_initialized or self.keys.numel() == 0:
                 return
-            length = self.keys.shape[-2]
-            shape = (*self.keys.shape[:-2], length + extra, self.keys.shape[-1])
-            self._keys = self.keys.new_empty(shape)
-            self._values = self.values.new_empty(shape)
-            self._keys[..., :length, :] = self.keys
-            self._values[..., :length, :] = self.values
-            self.keys, self.values = self._keys[..., :length, :], self._values[..., :length, :]
+            self._resize(self.keys.shape[0], self.keys.shape[-2] + extra)
+
+        def _window(self) -> None:
+            rows, start, end = self._rows, self._start, self._end
+            self.keys, self.values = self._keys[:rows, ..., start:end, :], self._values[:rows, ..., start:end, :]
+
+        def _resize(self, rows: int, columns: int, window: tuple | None = None, offset: int = 0) -> None:  # noqa: ANN001
+            """A fresh zeroed buffer of `rows` x `columns` holding the window (or `window`: keys,
+            values) from column `offset` on."""
+            keys, values = window if window is not None else (self.keys, self.values)
+            shape = (rows, *keys.shape[1:-2], columns, keys.shape[-1])
+            self._keys, self._values = keys.new_zeros(shape), values.new_zeros(shape)
+            count, width = keys.shape[0], keys.shape[-2]
+            self._keys[:count, ..., offset:offset + width, :] = keys
+            self._values[:count, ..., offset:offset + width, :] = values
+            self._rows, self._start, self._end = count, offset, offset + width
+            self._window()
 
         def update(self, key_states, value_states, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
             if not self.is_initialized or self.keys.numel() == 0 or not hasattr(self, "_keys"):
                 return super().update(key_states, value_states, *args, **kwargs)
-            length, new = self.keys.shape[-2], key_states.shape[-2]
-            if length + new > self._keys.shape[-2]:
-                self.reserve(max(new, length))
-            self._keys[..., length:length + new, :] = key_states
-            self._values[..., length:length + new, :] = value_states
-            self.keys = self._keys[..., :length + new, :]
-            self.values = self._values[..., :length + new, :]
+            new = key_states.shape[-2]
+            if self._end + new > self._keys.shape[-2]:
+                width = self._end - self._start
+                self._resize(self._keys.shape[0], width + max(new, width))  # keeps the spare rows
+            self._keys[:self._rows, ..., self._end:self._end + new, :] = key_states
+            self._values[:self._rows, ..., self._end:self._end + new, :] = value_states
+            self._end += new
+            self._window()
             return self.keys, self.values
 
-        def join(self, other, pad_self: int, pad_other: int, room: int) -> None:  # noqa: ANN001
-            """Append `other`'s rows below this layer's, each side padded on the left to one length
-            (the attention mask hides the padding), with `room` spare positions after."""
-            rows, length = self.keys.shape[0], self.keys.shape[-2] + pad_self
-            shape = (rows + other.keys.shape[0], *self.keys.shape[1:-2], length + room, self.keys.shape[-1])
-            keys, values = self.keys.new_zeros(shape), self.values.new_zeros(shape)
-            keys[:rows, ..., pad_self:length, :], values[:rows, ..., pad_self:length, :] = self.keys, self.values
-            keys[rows:, ..., pad_other:length, :], values[rows:, ..., pad_other:length, :] = other.keys, other.values
-            self._keys, self._values = keys, values
-            self.keys, self.values = keys[..., :length, :], values[..., :length, :]
+        def compact(self, moves: Sequence[tuple[int, int]], rows: int) -> None:
+            """Copy row `source` over row `target` for each move, then keep the first `rows`."""
+            start, end = self._start, self._end
+            for target, source in moves:
+                self._keys[target, ..., start:end, :] = self._keys[source, ..., start:end, :]
+                self._values[target, ..., start:end, :] = self._values[source, ..., start:end, :]
+            self._rows = rows
+            self._window()
+
+        def trim(self, columns: int) -> None:
+            """Drop the window's first `columns` positions (padding in every row)."""
+            self._start += columns
+            self._window()
+
+        def join(self, other, pad_self: int, room: int) -> None:  # noqa: ANN001
+            """Add `other`'s rows after this layer's, right-aligned (the wider side sets the width;
+            `pad_self`: how much wider `other` is than this window), with `room` spare positions after."""
+            count, width = other.keys.shape[0], other.keys.shape[-2]
+            if (self._start < pad_self or self._rows + count > self._keys.shape[0]
+                    or self._end + room > self._keys.shape[-2]):
+                self._resize(max(self._rows + count, self._keys.shape[0]),
+                             pad_self + self._end - self._start + room + _SPARE_COLUMNS, offset=pad_self)
+            rows, end = self._rows, self._end
+            self._keys[rows:rows + count, ..., end - width:end, :] = other.keys
+            self._values[rows:rows + count, ..., end - width:end, :] = other.values
+            self._rows, self._start = rows + count, self._start - pad_self
+            self._window()
 
         def batch_select_indices(self, indices) -> None:  # noqa: ANN001
             if hasattr(self, "_keys") and self.get_seq_length() > 0:
-                length = self.keys.shape[-2]
-                self._keys, self._values = self._keys[indices, ...], self._values[indices, ...]
-                self.keys, self.values = self._keys[..., :length, :], self._values[..., :length, :]
+                self._resize(len(indices), self._keys.shape[-2], (self.keys[indices], self.values[indices]))
             else:
                 super().batch_select_indices(indices)
 
     return GrowingLayer
+
+
+def compaction(count: int, leaving: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """How a batch of `count` rows closes the gaps of the `leaving` ones: each gap takes the
+    current last row. Returns the new order (old row indices) and the (target, source) copies."""
+    order, moves = list(range(count)), []
+    for index in sorted(leaving, reverse=True):
+        last = len(order) - 1
+        if index != last:
+            moves.append((index, last))
+            order[index] = order[last]
+        order.pop()
+    return order, moves
 
 
 _GROWING: type | None = None
@@ -145,6 +190,13 @@ def reserve_cache(cache: Any, extra: int) -> Any:
             layer.__class__ = _GROWING
             layer.reserve(extra)
     return cache
+
+
+def _unused_columns(mask: Any) -> int:
+    """How many leading columns of a batch's attention mask [rows, width] are padding in every
+    row. A running batch drops them when rows leave or join: else its width would grow by a
+    column every step for as long as the stream runs (the oldest row's start, long gone)."""
+    return int(mask.argmax(dim=1).min())  # each row's first real column (every row has one)
 
 
 def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -334,12 +386,22 @@ class Decoder:
 
         if not kept:
             return None
-        step = torch.tensor([batch.rows[index].tokens[-1] for index in kept], dtype=torch.long)[:, None]
         if len(kept) < len(batch.rows):
-            rows = torch.tensor(kept, dtype=torch.long)
-            batch.cache.batch_select_indices(rows)
-            batch = _Batch([batch.rows[index] for index in kept], batch.cache, batch.mask[rows], batch.positions[rows],
-                           None, batch.prefixes.select(rows) if batch.prefixes is not None else None)
+            if self._joinable(batch):  # the last rows fill the leavers' places; unused columns go
+                order, moves = compaction(len(batch.rows), sorted(set(range(len(batch.rows))) - set(kept)))
+                rows = torch.tensor(order, dtype=torch.long)
+                trim = _unused_columns(batch.mask[rows])
+                for layer in batch.cache.layers:
+                    layer.compact(moves, len(order))
+                    layer.trim(trim)
+            else:
+                order, trim = kept, 0
+                rows = torch.tensor(kept, dtype=torch.long)
+                batch.cache.batch_select_indices(rows)
+            batch = _Batch([batch.rows[index] for index in order], batch.cache, batch.mask[rows, trim:],
+                           batch.positions[rows], None,
+                           batch.prefixes.select(rows) if batch.prefixes is not None else None)
+        step = torch.tensor([row.tokens[-1] for row in batch.rows], dtype=torch.long)[:, None]
         batch.mask = torch.cat([batch.mask, torch.ones((len(batch.rows), 1), dtype=torch.long)], dim=1)
         batch.logits = self._forward(step, batch.mask, batch.positions, batch.cache, batch.prefixes).logits[:, -1]
         batch.positions = batch.positions + 1
@@ -386,12 +448,14 @@ class Decoder:
         new = _Batch(rows, cache, mask, positions[:, -1:] + 1, logits, prefixes)
         if batch is None:
             return new
-        old_width, new_width = batch.mask.shape[1], new.mask.shape[1]
+        trim = _unused_columns(batch.mask)
+        old_width, new_width = batch.mask.shape[1] - trim, new.mask.shape[1]
         pad_old, pad_new = max(0, new_width - old_width), max(0, old_width - new_width)
         for layer, other in zip(batch.cache.layers, new.cache.layers, strict=True):
-            layer.join(other, pad_old, pad_new, room)
+            layer.trim(trim)
+            layer.join(other, pad_old, room)
         rows = batch.rows + new.rows
-        mask = torch.cat([torch.nn.functional.pad(batch.mask, (pad_old, 0)),
+        mask = torch.cat([torch.nn.functional.pad(batch.mask[:, trim:], (pad_old, 0)),
                           torch.nn.functional.pad(new.mask, (pad_new, 0))])
         return _Batch(rows, batch.cache, mask, torch.cat([batch.positions, new.positions]),
                       torch.cat([batch.logits, new.logits]), self._shared([row.prefix for row in rows]))

@@ -40,7 +40,7 @@ class SharedPrefix:
     segments: Sequence[tuple[int, int, Any]]  # (start, end, row indices [n] as a tensor)
 
     def select(self, rows: Any) -> SharedPrefix:
-        """The same prefixes for a subset of rows (`rows`: the kept row indices, ascending)."""
+        """The same prefixes for a subset of rows, renumbered (`rows`: the kept rows' old indices, in their new order)."""
         import torch
 
         renumber = torch.full((int(rows.max()) + 1 if len(rows) else 1,), -1, dtype=torch.long)

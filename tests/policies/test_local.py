@@ -281,6 +281,60 @@ def test_greedy_and_sampled_rows_mix_and_each_row_draws_from_its_own_generator()
     assert tokens[2] == alone[0]  # its draw does not depend on the rows beside it
 
 
+# --- the running batch's cache buffer (no model) -------------------------------------------------
+
+def test_cache_window_follows_steps_leavers_trims_and_joins():
+    """The growing layer's window equals plain tensors put through the same steps: a decoded
+    column, a middle row leaving (the last takes its place), unused columns dropped, rows joining
+    in spare rows, wider rows joining (the buffer is reallocated), and the room running out."""
+    import torch
+    from transformers import DynamicCache
+
+    from tbx.policies.decoding import compaction, reserve_cache
+
+    generator = torch.Generator().manual_seed(0)
+    rand = lambda rows, width: torch.randn(rows, 2, width, 4, generator=generator)  # noqa: E731
+    keys, values = rand(4, 6), rand(4, 6)
+    layer = reserve_cache(DynamicCache(ddp_cache_data=[(keys.clone(), values.clone())]), 3).layers[0]
+
+    def check():
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+
+    check()
+    new_keys, new_values = rand(4, 1), rand(4, 1)
+    layer.update(new_keys, new_values)
+    keys, values = torch.cat([keys, new_keys], 2), torch.cat([values, new_values], 2)
+    check()
+    order, moves = compaction(4, [1])
+    assert order == [0, 3, 2] and moves == [(1, 3)]
+    layer.compact(moves, len(order))
+    keys, values = keys[order], values[order]
+    check()
+    layer.trim(2)
+    keys, values = keys[..., 2:, :], values[..., 2:, :]
+    check()
+    buffer = layer._keys
+    other = SimpleNamespace(keys=rand(1, 3), values=rand(1, 3))  # narrower: into the spare row, no copy
+    layer.join(other, 0, 2)
+    pad = lambda t, width: torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0))  # noqa: E731
+    joined = lambda mine, theirs: torch.cat([pad(mine, 5)[:, :, -5:], pad(theirs, 5)])  # noqa: E731
+    assert layer._keys is buffer and layer.keys.shape == (4, 2, 5, 4)
+    assert torch.equal(layer.keys[:3], keys) and torch.equal(layer.keys[3:, :, 2:], other.keys)
+    keys, values = layer.keys.clone(), layer.values.clone()  # (columns left of a short row: masked, any finite value)
+    wider = SimpleNamespace(keys=rand(2, 9), values=rand(2, 9))  # wider than the window, more rows: reallocated
+    layer.join(wider, 4, 3)
+    assert layer._keys is not buffer and layer.keys.shape == (6, 2, 9, 4)
+    assert torch.equal(layer.keys[:4, :, 4:], keys) and torch.equal(layer.keys[4:], wider.keys)
+    assert torch.equal(layer.values[:4, :, 4:], values) and torch.equal(layer.values[4:], wider.values)
+    assert torch.isfinite(layer.keys).all()
+    keys, values = layer.keys.clone(), layer.values.clone()
+    for _ in range(400):  # past the spare columns: reallocated, the window kept
+        new_keys, new_values = rand(6, 1), rand(6, 1)
+        layer.update(new_keys, new_values)
+        keys, values = torch.cat([keys, new_keys], 2), torch.cat([values, new_values], 2)
+    check()
+
+
 # --- conversion cache (a fake transformers at the seam) -----------------------------------------
 
 class FakePretrained:
@@ -432,6 +486,58 @@ def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder)
     decoder.decode(list(enumerate(starting)), results.__setitem__, more)
     assert asked[2] == 2 and len(results) == 5
     assert [results[i].token_ids for i in range(5)] == [alone(r) for r in starting + joining]
+
+
+class WidthRecorder(Decoder):
+    """A decoder that notes its running batch's width (own-cache columns) after every step."""
+
+    widths: list[int]
+
+    def _step(self, batch, kept):
+        batch = super()._step(batch, kept)
+        self.widths.append(batch.mask.shape[1] if batch is not None else 0)
+        return batch
+
+
+@pytest.mark.slow
+def test_a_running_batch_drops_the_columns_of_rows_that_left(loaded):
+    """A long conversation leaves after two tokens; the last row moves into its place, and the
+    short rows decoding beside it and a turn that joins later no longer attend over (or copy)
+    its columns; every row still decodes as it would alone."""
+    policy = greedy_policy(loaded, None, max_new_tokens=16)
+    long_messages = conversation(REQUESTS[0]) + [
+        Message("assistant", "", (ToolCall("get_account", {"account_id": 3}),)),
+        Message("tool", json.dumps({"id": 3, "owner": "Ann Lee", "balance": "120.00", "history": list(range(60))}))]
+
+    def request(messages, new_tokens):
+        ids = policy.prompt_ids(messages, TOOLS)
+        return GenerationRequest(ids, new_tokens, 0, policy.prefix_length(messages, TOOLS, ids))
+
+    def alone(req):
+        return Decoder(loaded.model, loaded.tokenizer).generate_batch([req])[0].token_ids
+
+    staying, beside, joining = (request(conversation(REQUESTS[1]), 16), request(conversation(REQUESTS[2]), 16),
+                                request(conversation(REQUESTS[3]), 16))
+    # The long row leaves as the other two are about to be fed different tokens (a mix-up shows).
+    differ = next(i for i, (a, b) in enumerate(zip(alone(staying), alone(beside), strict=False)) if a != b)
+    leaving = request(long_messages, differ + 1)
+    own = lambda r: len(r.prompt_ids) - r.prefix_len  # noqa: E731
+    assert own(leaving) > max(own(staying), own(beside)) + 100 and differ < 12
+    recorder = WidthRecorder(loaded.model, loaded.tokenizer)
+    recorder.widths = []
+    results: dict[int, Generation] = {}
+    asked: list[int] = []
+
+    def more(rows):
+        asked.append(rows)
+        return [(3, joining)] if len(asked) == differ + 3 else []
+
+    recorder.decode([(0, leaving), (1, staying), (2, beside)], results.__setitem__, more)
+    expected = [alone(r) for r in (leaving, staying, beside, joining)]
+    assert [results[i].token_ids for i in range(4)] == expected  # the last row took the leaver's place
+    assert recorder.widths[0] >= own(leaving)  # all rows: the long one sets the width
+    # after it left: the others' columns only
+    assert max(recorder.widths[differ:]) <= max(own(staying), own(beside), own(joining)) + 16
 
 
 @pytest.mark.slow
