@@ -316,8 +316,6 @@ def test_cache_window_follows_steps_leavers_trims_and_joins():
     buffer = layer._keys
     other = SimpleNamespace(keys=rand(1, 3), values=rand(1, 3))  # narrower: into the spare row, no copy
     layer.join(other, 0, 2)
-    pad = lambda t, width: torch.nn.functional.pad(t, (0, 0, width - t.shape[2], 0))  # noqa: E731
-    joined = lambda mine, theirs: torch.cat([pad(mine, 5)[:, :, -5:], pad(theirs, 5)])  # noqa: E731
     assert layer._keys is buffer and layer.keys.shape == (4, 2, 5, 4)
     assert torch.equal(layer.keys[:3], keys) and torch.equal(layer.keys[3:, :, 2:], other.keys)
     keys, values = layer.keys.clone(), layer.values.clone()  # (columns left of a short row: masked, any finite value)
