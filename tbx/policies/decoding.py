@@ -319,12 +319,12 @@ class Decoder:
         self._cache_arg = cache_argument(model)
         self._keep_last = "logits_to_keep" in forward_parameters(model)
         self._prefixes: OrderedDict[tuple[int, ...], tuple[list[Any], list[Any]]] = OrderedDict()
-        self._layout: tuple[tuple[tuple[int, ...], ...], list[Any], list[Any]] | None = None
+        # Every cached prefix end to end: (prefix -> its columns, per layer keys, values).
+        self._layout: tuple[dict[tuple[int, ...], tuple[int, int]], list[Any], list[Any]] | None = None
         self._shares: bool | None = None  # whether the model honours shared prefixes (checked on first use)
         # Finished turns: token ids that have keys/values (prompt and generated, the last token
         # excluded) -> (prefix length, per layer keys and values [kv_heads, own length, head_dim]).
         self._conversations: OrderedDict[tuple[int, ...], tuple[int, list[Any], list[Any]]] = OrderedDict()
-        self.prefix_hits = 0  # prefixes read from the cache instead of encoded
         self.reused_tokens = 0  # prompt tokens taken from an earlier turn's keys/values instead
 
     @property
@@ -494,21 +494,33 @@ class Decoder:
         return [k[:, :best_length] for k in keys], [v[:, :best_length] for v in values]
 
     def _shared(self, prefixes: Sequence[tuple[int, ...]]) -> SharedPrefix | None:
-        """The rows' distinct prefixes end to end, each row masked to its own (None: no row has one)."""
+        """The rows' prefixes in the layout of every cached prefix end to end, each row pointed
+        to its own (None: no row has one). The layout is rebuilt only when a prefix is new to it,
+        not whenever the mix of prefixes in a batch changes."""
         import torch
 
         distinct = tuple(dict.fromkeys(prefix for prefix in prefixes if prefix))
         if not distinct:
             return None
-        if self._layout is None or self._layout[0] != distinct:
-            parts = [self._prefix(prefix) for prefix in distinct]
-            self._layout = (distinct, [_joined(layer) for layer in zip(*(p[0] for p in parts), strict=True)],
-                            [_joined(layer) for layer in zip(*(p[1] for p in parts), strict=True)])
-        _, keys, values = self._layout
-        starts = itertools.accumulate((len(p) for p in distinct), initial=0)
-        segments = [(start, start + len(prefix),
+        if self._layout is None or any(prefix not in self._layout[0] for prefix in distinct):
+            parts = {prefix: self._prefix(prefix) for prefix in distinct}  # encodes the new ones
+            for prefix, tensors in self._prefixes.items():
+                parts.setdefault(prefix, tensors)
+            starts = itertools.accumulate((len(prefix) for prefix in parts), initial=0)
+            spans = {prefix: (start, start + len(prefix)) for prefix, start in zip(parts, starts, strict=False)}
+            keys = [_joined(layer) for layer in zip(*(p[0] for p in parts.values()), strict=True)]
+            values = [_joined(layer) for layer in zip(*(p[1] for p in parts.values()), strict=True)]
+            for prefix in self._prefixes:  # the store keeps views of the layout: one copy in memory
+                begin, stop = spans[prefix]
+                self._prefixes[prefix] = ([k[:, begin:stop] for k in keys], [v[:, begin:stop] for v in values])
+            self._layout = (spans, keys, values)
+        spans, keys, values = self._layout
+        for prefix in distinct:  # recently used: kept longest
+            if prefix in self._prefixes:
+                self._prefixes.move_to_end(prefix)
+        segments = [(*spans[prefix],
                      torch.tensor([row for row, own in enumerate(prefixes) if own == prefix], dtype=torch.long))
-                    for prefix, start in zip(distinct, starts, strict=False)]
+                    for prefix in distinct]
         return SharedPrefix(keys, values, segments)
 
     def _prefix(self, prefix: tuple[int, ...]) -> tuple[list[Any], list[Any]]:
@@ -517,7 +529,6 @@ class Decoder:
 
         if prefix in self._prefixes:
             self._prefixes.move_to_end(prefix)
-            self.prefix_hits += 1
             return self._prefixes[prefix]
         ids = torch.tensor([prefix], dtype=torch.long)
         result = self._forward(ids, torch.ones_like(ids), torch.arange(len(prefix))[None, :], None, None)

@@ -484,6 +484,9 @@ def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder)
     decoder.decode(list(enumerate(starting)), results.__setitem__, more)
     assert asked[2] == 2 and len(results) == 5
     assert [results[i].token_ids for i in range(5)] == [alone(r) for r in starting + joining]
+    layout = decoder._layout[1][0]  # every cached prefix end to end: another mix of them copies nothing
+    mix = decoder._shared([r.prompt_ids[:r.prefix_len] for r in (joining[0], starting[1])])
+    assert decoder._layout[1][0] is layout and mix.keys[0] is layout and len(mix.segments) == 2
 
 
 class WidthRecorder(Decoder):
