@@ -531,7 +531,8 @@ class Decoder:
             self._prefixes.move_to_end(prefix)
             return self._prefixes[prefix]
         ids = torch.tensor([prefix], dtype=torch.long)
-        result = self._forward(ids, torch.ones_like(ids), torch.arange(len(prefix))[None, :], None, None)
+        result = self._forward(ids, torch.ones_like(ids), torch.arange(len(prefix))[None, :], None, None,
+                               last_only=True)  # its keys/values are what is kept; no logits for every position
         self._prefixes[prefix] = shared_prefix.prefix_tensors(self._cache_of(result))
         if len(self._prefixes) > _PREFIX_ENTRIES:
             self._prefixes.popitem(last=False)
