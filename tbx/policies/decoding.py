@@ -14,6 +14,8 @@ Our own small loop rather than `model.generate`, so that:
   and is delivered at once; new requests join the running batch between steps;
 - an episode's next turn starts from the keys/values of its previous turn where its prompt
   continues it (the longest shared run of tokens), so only the new messages are encoded.
+- the weight products of steps with a few rows go whichever way the BLAS does faster on this
+  machine, timed once per process (`tbx.policies.products`).
 
 Each row's own cache holds `[padding][rest of the prompt][generated]`, so every row's last prompt
 token sits in the last column; positions run on from the row's own prefix.
@@ -21,6 +23,7 @@ token sits in the last column; positions run on from the row's own prefix.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 from collections import OrderedDict
@@ -28,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.policies import shared_prefix
+from tbx.policies import products, shared_prefix
 from tbx.policies.parsing import CALL_CLOSE
 from tbx.policies.shared_prefix import SharedPrefix
 
@@ -326,6 +329,7 @@ class Decoder:
         # excluded) -> (prefix length, per layer keys and values [kv_heads, own length, head_dim]).
         self._conversations: OrderedDict[tuple[int, ...], tuple[int, list[Any], list[Any]]] = OrderedDict()
         self.reused_tokens = 0  # prompt tokens taken from an earlier turn's keys/values instead
+        self._products: products.Products | None = None  # few-row weight products (timed when first needed)
 
     @property
     def shares_prefixes(self) -> bool:
@@ -559,10 +563,14 @@ class Decoder:
         arguments[self._cache_arg] = cache
         if last_only and self._keep_last:
             arguments["logits_to_keep"] = 1  # the next token's logits only, not the whole prompt's
-        if prefixes is None:
-            return self.model(**arguments)
-        with shared_prefix.switched(self.model):
-            return self.model(**arguments, tbx_prefix=prefixes)
+        rows = ids.numel()
+        if self._products is None and 1 < rows <= max(products.COUNTS):
+            self._products = products.Products.of(self.model)
+        with self._products.active(rows) if self._products is not None else contextlib.nullcontext():
+            if prefixes is None:
+                return self.model(**arguments)
+            with shared_prefix.switched(self.model):
+                return self.model(**arguments, tbx_prefix=prefixes)
 
     def _cache_of(self, result: Any) -> Any:
         return cache_of(result)

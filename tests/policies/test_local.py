@@ -21,7 +21,7 @@ import pytest
 from tbx.config import Config, ModelConfig
 from tbx.errors import ConfigError, InfraError
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema, Usage
-from tbx.policies import hf_model
+from tbx.policies import hf_model, products
 from tbx.policies.base import EpisodeContext
 from tbx.policies.decoding import Decoder, Generation, GenerationRequest, nucleus, pick
 from tbx.policies.local import BatchScheduler, LocalPolicy
@@ -442,6 +442,27 @@ def test_batched_greedy_equals_one_at_a_time(loaded, decoder):
     assert len({len(r.prompt_ids) for r in short}) > 1
     assert [g.token_ids for g in decoder.generate_batch(short)] == \
         [decoder.generate_batch([r])[0].token_ids for r in short]
+
+
+@pytest.mark.slow
+def test_weights_first_products_decode_as_linear_does(loaded, decoder):
+    """Whatever the timing chose on this machine: with every few-row product weights first
+    (rows padded to 4, 16 or 32), batched greedy rows equal decoding each alone with `linear`."""
+    policy = greedy_policy(loaded, decoder, max_new_tokens=12)
+    requests = []
+    for text in REQUESTS[:3]:
+        ids = policy.prompt_ids(conversation(text), TOOLS)
+        requests.append(GenerationRequest(ids, 12, 0, policy.prefix_length(conversation(text), TOOLS, ids)))
+    forced = Decoder(loaded.model, loaded.tokenizer)
+    plan = {rows: 4 if rows <= 4 else 16 if rows <= 16 else 32 for rows in range(2, 33)}
+    forced._products = products.Products(products.linears(loaded.model), plan)
+    plain = Decoder(loaded.model, loaded.tokenizer)
+    plain._products = products.Products([], {})
+    together = forced.generate_batch(requests)
+    assert [g.token_ids for g in together] == [plain.generate_batch([r])[0].token_ids for r in requests]
+    import torch
+
+    assert all("forward" not in m.__dict__ for m in loaded.model.modules() if isinstance(m, torch.nn.Linear))
 
 
 @pytest.mark.slow
