@@ -6,12 +6,14 @@ matrix of the model. The same product can be asked of the BLAS two ways, `x @ W.
 On this project's 2-core AMD EPYC machine with torch's MKL, SmolLM2's 211 products (30 layers and
 the output layer) for 16 rows took ~56-92 ms written as `linear` and ~48-63 ms weights first, and
 a whole 16-row decode step went from ~215 to ~170 ms; for 11-15 rows weights first was slower
-unless the rows were padded to 16. One row is a matrix-vector product either way.
+unless the rows were padded to 16.
 
 Which way wins depends on the CPU, the BLAS and the thread count, so `plan_for` times both on the
 model's own weight matrices (all of them, as a step reads them) for 2, 4, 8, 16 and 32 rows, once
 per process and set of shapes, and the decoder then uses weights first (rows padded up to that
-count) for the row counts where it won. The two ways differ only in floating-point summation
+count) for the row counts where it won. One row is a matrix-vector product either way (padding
+it to two rows weights first timed about even in isolation here and slower in a real step: 96
+vs 90 ms), so it is left to `linear`. The two ways differ only in floating-point summation
 order (~1e-5 relative in float32), as a row's products already differ with the number of rows
 beside it.
 """
