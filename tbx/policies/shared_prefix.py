@@ -4,12 +4,16 @@ Every turn starts with a long fixed part (system message, tool schemas, demonstr
 SmolLM2 tokens). Copying its keys and values into every row of a batch makes a decode step read
 `rows x prefix` positions: 16 rows behind a 1,100-token prefix cost 5x one row on 2 cores. Here
 the prefixes of a batch (one per domain/tool set in it) sit once in a `SharedPrefix`; each row's
-own cache holds only the rest of its prompt and what it generated. Attention splits in two
-parts merged by their softmax normalisers (the log-sum-exp merge of cascade attention):
+own cache holds only the rest of its prompt and what it generated. A row's scores come in two
+parts under one softmax:
 
 - prefix part: per prefix, the queries of the rows that continue it against its keys and values
   in one matmul per key/value head (those rows folded into the query rows);
 - own part: each row's queries against its own cache, with the usual causal and padding mask.
+
+(An earlier version normalised the two parts apart and merged them by their log-sum-exp, as
+cascade attention does; one softmax per prefix's rows measured 4-6% faster decode steps with two
+prefixes, 8-16 rows, and is fewer lines.)
 
 Registered with transformers' attention interface under `NAME`; the decoder switches a model to
 it only while decoding and passes the prefixes as the `tbx_prefix` forward argument. Without that
@@ -60,8 +64,7 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     """query [b, heads, q, d]; key/value [b, kv_heads, s, d] (the rows' own caches, new tokens
     included); attention_mask a boolean [b, 1, q, s] (True: attend). Returns [b, q, heads, d].
 
-    Each part gives its running maximum, normaliser and unnormalised output per query; the two
-    are merged exactly as one softmax over prefix and own positions would weigh them.
+    Each row's queries get one softmax over its prefix's scores and its own scores.
     """
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -78,36 +81,27 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     if len(segments) == 1 and len(segments[0][2]) == rows:  # every row reads the one prefix: fewer, larger ops
         return _one_prefix(grouped, key, value, attention_mask, scale, tbx_prefix, module.layer_idx, heads)
 
-    # Own part: each row against its own cache, masked.
+    # Own scores of every row, masked; then per prefix, its rows' prefix scores (the batch folded
+    # into the query rows) and own scores under one softmax.
     own_scores = torch.matmul(grouped, key.transpose(-1, -2)).mul_(scale)  # [b, kvh, width, s]
     if attention_mask is not None:
         own_scores.view(rows, kv_heads, -1, length, own_scores.shape[-1]).masked_fill_(
             ~attention_mask[:, :, None], float("-inf"))
-    own_top = own_scores.amax(-1)
-    own_top = torch.where(torch.isfinite(own_top), own_top, torch.zeros_like(own_top))
-    own_weights = (own_scores - own_top[..., None]).exp_()
-    own_norm, own_out = own_weights.sum(-1), torch.matmul(own_weights, value)
-
-    # Prefix part: per prefix, the rows that read it, the batch folded into the query rows.
-    prefix_top = torch.full_like(own_top, float("-inf"))
-    prefix_norm, prefix_out = torch.zeros_like(own_norm), torch.zeros_like(own_out)
+    # Rows that read no prefix keep this; a padding query that sees no column gets weights 0, not NaN.
+    own_weights = own_scores.softmax(-1).nan_to_num_(0.0)
+    prefix_out = torch.zeros_like(grouped)  # [b, kvh, width, d]
     prefix_keys, prefix_values = tbx_prefix.keys[module.layer_idx], tbx_prefix.values[module.layer_idx]
     for start, end, members in tbx_prefix.segments:
-        count = len(members)
+        count, span = len(members), end - start
         folded = grouped.index_select(0, members).transpose(0, 1).reshape(kv_heads, count * width, dim)
-        scores = torch.bmm(folded, prefix_keys[:, start:end].transpose(1, 2)).mul_(scale)  # [kvh, n*width, len]
-        top = scores.amax(-1, keepdim=True)
-        weights = (scores - top).exp_()
-        out = torch.bmm(weights, prefix_values[:, start:end])  # [kvh, n*width, d]
-        shape = (kv_heads, count, width, -1)  # back to [n, kvh, width, .]
-        prefix_top.index_copy_(0, members, top.reshape(shape).transpose(0, 1)[..., 0])
-        prefix_norm.index_copy_(0, members, weights.sum(-1, keepdim=True).reshape(shape).transpose(0, 1)[..., 0])
-        prefix_out.index_copy_(0, members, out.reshape(shape).transpose(0, 1))
-
-    top = torch.maximum(own_top, prefix_top)
-    own_factor, prefix_factor = (own_top - top).exp(), (prefix_top - top).exp()
-    norm = own_norm * own_factor + prefix_norm * prefix_factor
-    output = (own_out * own_factor[..., None] + prefix_out * prefix_factor[..., None]) / norm.clamp_min(1e-30)[..., None]
+        scores = torch.bmm(folded, prefix_keys[:, start:end].transpose(1, 2)).mul_(scale)  # [kvh, n*width, span]
+        weights = torch.cat([scores.view(kv_heads, count, width, span).transpose(0, 1),
+                             own_scores.index_select(0, members)], dim=-1).softmax(-1)  # [n, kvh, width, span+s]
+        out = torch.bmm(weights[..., :span].transpose(0, 1).reshape(kv_heads, count * width, span),
+                        prefix_values[:, start:end])  # [kvh, n*width, d]
+        prefix_out.index_copy_(0, members, out.view(kv_heads, count, width, dim).transpose(0, 1))
+        own_weights.index_copy_(0, members, weights[..., span:])
+    output = torch.matmul(own_weights, value).add_(prefix_out)
     return output.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None
 
 

@@ -1,0 +1,63 @@
+"""The shared-prefix attention (tbx/policies/shared_prefix.py) against attention written out
+row by row: each row's queries over its prefix's keys and its own masked keys, one softmax."""
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from tbx.policies.shared_prefix import SharedPrefix, attention
+
+HEADS, KV_HEADS, DIM, QUERIES, OWN = 6, 2, 8, 3, 6
+
+
+def own_mask(padding: list[int]) -> torch.Tensor:
+    """[rows, 1, queries, own] boolean: the queries are the last columns; causal, left padding."""
+    columns = torch.arange(OWN)
+    query_columns = columns[-QUERIES:]
+    rows = [(columns[None, :] <= query_columns[:, None]) & (columns[None, :] >= pad) for pad in padding]
+    return torch.stack(rows)[:, None]
+
+
+def written_out(query, key, value, mask, keys, values, spans):
+    """Per row and head: softmax over [its prefix's columns, its visible own columns]."""
+    rows = query.shape[0]
+    out = torch.zeros(rows, QUERIES, HEADS, DIM)
+    for row in range(rows):
+        for head in range(HEADS):
+            kv = head // (HEADS // KV_HEADS)
+            for q in range(QUERIES):
+                scores = [key[row, kv] @ query[row, head, q]]
+                scores[0] = scores[0].masked_fill(~mask[row, 0, q], float("-inf"))
+                vals = [value[row, kv]]
+                if spans[row] is not None:
+                    start, end = spans[row]
+                    scores.insert(0, keys[kv, start:end] @ query[row, head, q])
+                    vals.insert(0, values[kv, start:end])
+                scores = torch.cat(scores) / math.sqrt(DIM)
+                if torch.isinf(scores).all():
+                    continue  # a padding query that sees nothing: 0
+                out[row, q, head] = torch.softmax(scores, 0) @ torch.cat(vals)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["two prefixes and a row without one", "one prefix for every row"])
+def test_attention_equals_each_row_written_out(layout):
+    torch.manual_seed(0)
+    rows = 4
+    query = torch.randn(rows, HEADS, QUERIES, DIM)
+    key, value = torch.randn(rows, KV_HEADS, OWN, DIM), torch.randn(rows, KV_HEADS, OWN, DIM)
+    keys, values = torch.randn(KV_HEADS, 11, DIM), torch.randn(KV_HEADS, 11, DIM)
+    # Row 3 is left-padded so that its first two queries see none of its own columns.
+    mask = own_mask([0, 1, 2, OWN - 1])
+    if layout == "one prefix for every row":
+        spans = [(0, 7)] * rows
+        segments = [(0, 7, torch.arange(rows))]
+    else:
+        spans = [(0, 7), (7, 11), (0, 7), None]
+        segments = [(0, 7, torch.tensor([2, 0])), (7, 11, torch.tensor([1]))]
+    got, _ = attention(SimpleNamespace(layer_idx=0), query, key, value, mask,
+                       tbx_prefix=SharedPrefix([keys], [values], segments))
+    assert got.shape == (rows, QUERIES, HEADS, DIM) and torch.isfinite(got).all()
+    torch.testing.assert_close(got, written_out(query, key, value, mask, keys, values, spans), rtol=1e-5, atol=1e-5)
