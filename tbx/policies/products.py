@@ -10,7 +10,7 @@ unless the rows were padded to 16.
 
 Which way wins depends on the CPU, the BLAS and the thread count, so `plan_for` times both on the
 model's own weight matrices (all of them, as a step reads them) for 2, 4, 8, 16 and 32 rows, once
-per process and set of shapes, and the decoder then uses weights first (rows padded up to that
+per process and set of shapes (~6 s for SmolLM2 on 2 cores), and the decoder then uses weights first (rows padded up to that
 count) for the row counts where it won. One row is a matrix-vector product either way (padding
 it to two rows weights first timed about even in isolation here and slower in a real step: 96
 vs 90 ms), so it is left to `linear`. The two ways differ only in floating-point summation
@@ -30,7 +30,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 COUNTS = (2, 4, 8, 16, 32)  # row counts timed; rows between two counts are padded up to the larger
-_REPEATS = 4  # timings of each way per count (alternating; the fastest counts: others ran beside other work)
+_REPEATS = 6  # timings of each way per count (alternating which goes first; the fastest counts: others ran beside other work)
 _PLANS: dict[tuple, dict[int, int]] = {}  # per process: (shapes, dtypes, threads) -> plan
 
 
@@ -85,8 +85,8 @@ def choose(modules: Sequence[Any], counts: Sequence[int] = COUNTS,
     below = 1
     for count in sorted(counts):
         times: dict[bool, list[float]] = {False: [], True: []}
-        for _ in range(_REPEATS):
-            for first in (False, True):
+        for repeat in range(_REPEATS):
+            for first in (False, True) if repeat % 2 == 0 else (True, False):
                 times[first].append(timing(modules, count, first))
         if min(times[True]) < min(times[False]):
             plan.update(dict.fromkeys(range(below + 1, count + 1), count))
