@@ -29,6 +29,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tbx.policies import products, shared_prefix
@@ -314,8 +315,11 @@ class Decoder:
     (`tbx.policies.shared_prefix`).
     """
 
-    def __init__(self, model: Any, tokenizer: Any):
+    def __init__(self, model: Any, tokenizer: Any, plan_store: Path | None = None):
+        """`plan_store`: a JSON file that keeps the few-row product plan (`tbx.policies.products`)
+        for every process on the machine; without it the plan is timed once per process."""
         self.model, self.tokenizer = model, tokenizer
+        self._plan_store = plan_store
         vocab = tokenizer.get_vocab()
         self.stop_ids = frozenset({tokenizer.eos_token_id} | {vocab[t] for t in STOP_TOKENS if t in vocab})
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -565,7 +569,7 @@ class Decoder:
             arguments["logits_to_keep"] = 1  # the next token's logits only, not the whole prompt's
         rows = ids.numel()
         if self._products is None and 1 < rows <= max(products.COUNTS):
-            self._products = products.Products.of(self.model)
+            self._products = products.Products.of(self.model, self._plan_store)
         with self._products.active(rows) if self._products is not None else contextlib.nullcontext():
             if prefixes is None:
                 return self.model(**arguments)

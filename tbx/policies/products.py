@@ -22,9 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import json
 import logging
+import os
+import platform
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -66,7 +71,8 @@ def measure(modules: Sequence[Any], rows: int, first: bool) -> float:
     import torch
 
     inputs = {(module.in_features, module.weight.dtype) for module in modules}
-    rows_of = {key: torch.randn(rows, key[0], dtype=key[1]) for key in inputs}
+    generator = torch.Generator().manual_seed(0)  # its own: timing never moves the global torch RNG
+    rows_of = {key: torch.randn(rows, key[0], generator=generator).to(key[1]) for key in sorted(inputs, key=str)}
     start = time.perf_counter()
     for module in modules:
         x = rows_of[module.in_features, module.weight.dtype]
@@ -94,8 +100,14 @@ def choose(modules: Sequence[Any], counts: Sequence[int] = COUNTS,
     return plan
 
 
-def plan_for(model: Any) -> dict[int, int]:
-    """`choose` for `model`'s linear modules, timed once per process and set of shapes."""
+def plan_for(model: Any, store: Path | None = None) -> dict[int, int]:
+    """`choose` for `model`'s linear modules, timed once per process and set of shapes.
+
+    With `store` (a JSON file), a plan timed for the same shapes, threads, torch and CPU is read
+    from it instead, and a new one is added to it: every process on the machine then decodes
+    with the same plan, so a resumed run repeats an uninterrupted one's numbers (timings vary
+    from process to process, and where the two ways are close the plan could differ).
+    """
     import torch
 
     modules = linears(model)
@@ -104,11 +116,53 @@ def plan_for(model: Any) -> dict[int, int]:
     key = (tuple((tuple(module.weight.shape), module.weight.dtype, module.bias is not None) for module in modules),
            torch.get_num_threads())
     if key not in _PLANS:
-        with torch.inference_mode():
-            _PLANS[key] = choose(modules)
-        log.info("weight products: weights first for %s rows (timed on %d matrices)",
-                 describe(_PLANS[key]) or "no", len(modules))
+        name = hashlib.sha256(repr((key, torch.__version__, _cpu())).encode()).hexdigest()[:16]
+        stored = _read(store).get(name) if store is not None else None
+        if stored is not None:
+            _PLANS[key] = {int(rows): int(padded) for rows, padded in stored.items()}
+        else:
+            with torch.inference_mode():
+                _PLANS[key] = choose(modules)
+            if store is not None:
+                _write(store, name, _PLANS[key])
+        log.info("weight products: weights first for %s rows (%s on %d matrices)", describe(_PLANS[key]) or "no",
+                 "timed" if stored is None else f"read from {store}", len(modules))
     return _PLANS[key]
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _read(store: Path) -> dict[str, dict[str, int]]:
+    """The stored plans; an unreadable or malformed file counts as empty (it is re-timed and rewritten)."""
+    try:
+        plans = json.loads(store.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as error:
+        log.warning("weight products: ignoring %s (%s); timing again", store, error)
+        return {}
+    return plans if isinstance(plans, dict) else {}
+
+
+def _write(store: Path, name: str, plan: Mapping[int, int]) -> None:
+    """Add a plan to `store`, atomically (a temporary sibling renamed into place)."""
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        plans = _read(store)
+        plans[name] = {str(rows): padded for rows, padded in sorted(plan.items())}
+        temporary = store.with_name(f".{store.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(plans, indent=1))
+        os.replace(temporary, store)
+    except OSError as error:  # a read-only cache: this process keeps its plan, the next one times again
+        log.warning("weight products: could not store the plan in %s (%s)", store, error)
 
 
 def planned() -> list[tuple[int, int, dict[int, int]]]:
@@ -134,8 +188,8 @@ class Products:
         self.modules, self.plan = list(modules), dict(plan)
 
     @classmethod
-    def of(cls, model: Any) -> Products:
-        return cls(linears(model), plan_for(model))
+    def of(cls, model: Any, store: Path | None = None) -> Products:
+        return cls(linears(model), plan_for(model, store))
 
     @contextlib.contextmanager
     def active(self, rows: int) -> Iterator[None]:

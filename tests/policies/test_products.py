@@ -1,6 +1,8 @@
 """Few-row weight products (tbx/policies/products.py): the weights-first product equals torch's
 `linear`, the plan picks the faster way from timings, and switching restores the modules."""
 
+import json
+
 import pytest
 import torch
 
@@ -85,3 +87,31 @@ def test_switching_is_exact_to_the_plan_and_restores_the_modules():
         raise RuntimeError("boom")
     assert all("forward" not in m.__dict__ for m in (net[0], net[2]))
 
+
+
+def test_timing_leaves_the_global_torch_rng_alone():
+    """A process that times the plan must draw the same training samples as one that read it."""
+    modules = products.linears(model())
+    torch.manual_seed(3)
+    before = torch.get_rng_state()
+    products.measure(modules, 4, True)
+    products.measure(modules, 4, False)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_stored_plan_is_read_by_later_processes_and_a_bad_file_is_timed_again(monkeypatch, tmp_path):
+    timed = []
+    monkeypatch.setattr(products, "choose", lambda modules: timed.append(1) or {3: 4, 4: 4})
+    store = tmp_path / "cache" / "products.json"
+    monkeypatch.setattr(products, "_PLANS", {})
+    assert products.plan_for(model(), store) == {3: 4, 4: 4} and len(timed) == 1 and store.is_file()
+    monkeypatch.setattr(products, "_PLANS", {})  # another process
+    assert products.plan_for(model(), store) == {3: 4, 4: 4} and len(timed) == 1
+    other = torch.nn.Sequential(torch.nn.Linear(8, 8))
+    monkeypatch.setattr(products, "_PLANS", {})
+    products.plan_for(other, store)  # other shapes: timed and added beside the first
+    assert len(timed) == 2 and len(json.loads(store.read_text())) == 2
+    store.write_text("{not json")
+    monkeypatch.setattr(products, "_PLANS", {})
+    assert products.plan_for(model(), store) == {3: 4, 4: 4} and len(timed) == 3
+    assert len(json.loads(store.read_text())) == 1  # rewritten
