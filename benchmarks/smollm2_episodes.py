@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from tbx.config import Config, register_configs
 from tbx.policies import products
-from tbx.policies.hf_model import load_model, resolve_config_path
+from tbx.policies.hf_model import load_model, product_plans
 from tbx.stages.eval import run_eval
 from tbx.store.results import read_records
 
@@ -81,7 +81,7 @@ def main() -> None:
         if not products.planned():  # the few-row products are timed once per process: not inside a level
             cfg = config(out / "plan", *common)
             torch.set_num_threads(cfg.model.threads)
-            products.plan_for(load_model(cfg.model).model, resolve_config_path(cfg.model.cache_dir) / "products.json")
+            products.plan_for(load_model(cfg.model).model, product_plans(cfg.model))
         for matrices, threads, plan in products.planned():
             print(f"weight products ({matrices} matrices, {threads} threads): weights first for "
                   f"{products.describe(plan) or 'no'} rows")

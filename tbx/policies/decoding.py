@@ -15,7 +15,7 @@ Our own small loop rather than `model.generate`, so that:
 - an episode's next turn starts from the keys/values of its previous turn where its prompt
   continues it (the longest shared run of tokens), so only the new messages are encoded.
 - the weight products of steps with a few rows go whichever way the BLAS does faster on this
-  machine, timed once per process (`tbx.policies.products`).
+  machine, timed once per process or read from a plan store (`tbx.policies.products`).
 
 Each row's own cache holds `[padding][rest of the prompt][generated]`, so every row's last prompt
 token sits in the last column; positions run on from the row's own prefix.

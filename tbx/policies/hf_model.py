@@ -83,6 +83,11 @@ def find_package_file(package: str, filename: str) -> Path:
                       "set model.gguf_file to a file the package ships")
 
 
+def product_plans(cfg: ModelConfig) -> Path:
+    """The file that keeps the few-row product plans (`tbx.policies.products`) beside the converted models."""
+    return resolve_config_path(cfg.cache_dir) / "products.json"
+
+
 def cache_folder(cfg: ModelConfig, gguf_path: Path) -> Path:
     """Where the converted copy of `gguf_path` lives: named by model, file and size.
 

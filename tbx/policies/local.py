@@ -24,7 +24,7 @@ from tbx.errors import InfraError
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.decoding import Decoder, Generation, GenerationRequest
-from tbx.policies.hf_model import LoadedModel, load_model, resolve_config_path
+from tbx.policies.hf_model import LoadedModel, load_model, product_plans
 from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.prompting import (
     Demonstration,
@@ -164,8 +164,7 @@ class LocalPolicy(Policy):
         self.tool_format = check_tool_format(model_cfg.tool_format)
         # One few-row product plan for every process on the machine (a resumed run decodes as the
         # uninterrupted one did), kept beside the converted models.
-        self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer,
-                                          resolve_config_path(model_cfg.cache_dir) / "products.json")
+        self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer, product_plans(model_cfg))
         self.scheduler = BatchScheduler(self.decoder.decode, model_cfg.batch_size)
 
     @classmethod

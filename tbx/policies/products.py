@@ -10,12 +10,12 @@ unless the rows were padded to 16.
 
 Which way wins depends on the CPU, the BLAS and the thread count, so `plan_for` times both on the
 model's own weight matrices (all of them, as a step reads them) for 2, 4, 8, 16 and 32 rows, once
-per process and set of shapes (~6 s for SmolLM2 on 2 cores), and the decoder then uses weights
-first (rows padded up to that count) for the row counts where it won. One row is a
-matrix-vector product either way (padding it to two rows weights first timed about even in
-isolation here and slower in a real step: 96 vs 90 ms), so it is left to `linear`. The two ways
-differ only in floating-point summation order (~1e-5 relative in float32), as a row's products
-already differ with the number of rows beside it.
+per process and set of shapes, or once per machine with a store (~6 s for SmolLM2 on 2 cores),
+and the decoder then uses weights first (rows padded up to that count) for the row counts where
+it won. One row is a matrix-vector product either way (padding it to two rows weights first
+timed about even in isolation here and slower in a real step: 96 vs 90 ms), so it is left to
+`linear`. The two ways differ only in floating-point summation order (~1e-5 relative in
+float32), as a row's products already differ with the number of rows beside it.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def _write(store: Path, name: str, plan: Mapping[int, int]) -> None:
 
 
 def planned() -> list[tuple[int, int, dict[int, int]]]:
-    """(weight matrices, threads, plan) for every set of shapes timed in this process."""
+    """(weight matrices, threads, plan) for every set of shapes planned in this process (timed or read)."""
     return [(len(shapes), threads, dict(plan)) for (shapes, threads), plan in _PLANS.items()]
 
 

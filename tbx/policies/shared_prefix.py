@@ -83,10 +83,7 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
 
     # Own scores of every row, masked; then per prefix, its rows' prefix scores (the batch folded
     # into the query rows) and own scores under one softmax.
-    own_scores = torch.matmul(grouped, key.transpose(-1, -2)).mul_(scale)  # [b, kvh, width, s]
-    if attention_mask is not None:
-        own_scores.view(rows, kv_heads, -1, length, own_scores.shape[-1]).masked_fill_(
-            ~attention_mask[:, :, None], float("-inf"))
+    own_scores = _own_scores(grouped, key, attention_mask).mul_(scale)  # [b, kvh, width, s]
     # Rows that read no prefix keep this; a padding query that sees no column gets weights 0, not NaN.
     own_weights = own_scores.softmax(-1).nan_to_num_(0.0)
     prefix_out = torch.zeros_like(grouped)  # [b, kvh, width, d]
@@ -105,6 +102,18 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     return output.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None
 
 
+def _own_scores(grouped: Any, key: Any, attention_mask: Any) -> Any:
+    """Each row's grouped queries [b, kvh, width, d] against its own keys: [b, kvh, width, s],
+    -inf where the mask [b, 1, q, s] says not to attend (unscaled)."""
+    import torch
+
+    scores = torch.matmul(grouped, key.transpose(-1, -2))
+    if attention_mask is not None:
+        scores.view(*grouped.shape[:2], -1, attention_mask.shape[2], scores.shape[-1]).masked_fill_(
+            ~attention_mask[:, :, None], float("-inf"))
+    return scores
+
+
 def _one_prefix(grouped: Any, key: Any, value: Any, attention_mask: Any, scale: float, prefix: SharedPrefix,
                 layer: int, heads: int) -> tuple[Any, None]:
     """`attention` when all rows read the same prefix: one softmax over prefix and own scores."""
@@ -116,10 +125,7 @@ def _one_prefix(grouped: Any, key: Any, value: Any, attention_mask: Any, scale: 
     length = end - start
     folded = grouped.transpose(0, 1).reshape(kv_heads, rows * width, dim)
     prefix_scores = torch.bmm(folded, prefix_keys.transpose(1, 2)).view(kv_heads, rows, width, length)
-    own_scores = torch.matmul(grouped, key.transpose(-1, -2))  # [b, kvh, width, s]
-    if attention_mask is not None:
-        own_scores.view(rows, kv_heads, -1, attention_mask.shape[2], own_scores.shape[-1]).masked_fill_(
-            ~attention_mask[:, :, None], float("-inf"))
+    own_scores = _own_scores(grouped, key, attention_mask)  # [b, kvh, width, s]
     weights = torch.cat([prefix_scores.transpose(0, 1), own_scores], dim=-1).mul_(scale).softmax(-1)
     from_prefix = torch.bmm(weights[..., :length].transpose(0, 1).reshape(kv_heads, rows * width, length),
                             prefix_values).view(kv_heads, rows, width, dim).transpose(0, 1)
