@@ -59,16 +59,36 @@ class SharedPrefix:
         return SharedPrefix(self.keys, self.values, segments)
 
 
+@dataclass
+class Packed:
+    """A decode step that also encodes joining rows (`tbx.policies.decoding`): the forward's one
+    sequence holds each decoding row's next token, then each joining row's prompt tokens, so the
+    joining rows ride on the step's weight products instead of a forward of their own.
+
+    The cache hands attention every row's own keys/values [rows + joining, kv_heads, width, d],
+    right-aligned: a decoding row's query sits in the last column, a joining row's `n` queries in
+    the last `n` columns."""
+
+    rows: int  # decoding rows: the sequence's first `rows` tokens, one each
+    mask: Any  # theirs [rows, 1, 1, width], boolean
+    prefix: SharedPrefix | None  # the prefixes they read
+    joins: Sequence[tuple[int, Any, SharedPrefix | None]]  # per joining row: its tokens, mask [1, 1, n, width], prefix
+
+
 def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float | None = None,
-              dropout: float = 0.0, tbx_prefix: SharedPrefix | None = None, **kwargs: Any) -> tuple[Any, None]:
+              dropout: float = 0.0, tbx_prefix: SharedPrefix | None = None, tbx_packed: Packed | None = None,
+              **kwargs: Any) -> tuple[Any, None]:
     """query [b, heads, q, d]; key/value [b, kv_heads, s, d] (the rows' own caches, new tokens
     included); attention_mask a boolean [b, 1, q, s] (True: attend). Returns [b, q, heads, d].
 
-    Each row's queries get one softmax over its prefix's scores and its own scores.
+    Each row's queries get one softmax over its prefix's scores and its own scores. With
+    `tbx_packed`, b is 1 and q the packed sequence (the model's own mask is not used).
     """
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    if tbx_packed is not None:
+        return _packed(module, query, key, value, scaling, tbx_packed)
     if tbx_prefix is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
                                       **kwargs)
@@ -100,6 +120,23 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
         own_weights.index_copy_(0, members, weights[..., span:])
     output = torch.matmul(own_weights, value).add_(prefix_out)
     return output.reshape(rows, heads, length, dim).transpose(1, 2).contiguous(), None
+
+
+def _packed(module: Any, query: Any, key: Any, value: Any, scaling: float | None, packed: Packed) -> tuple[Any, None]:
+    """`attention` for a packed step: the decoding rows together, then each joining row alone."""
+    import torch
+
+    rows = packed.rows
+    decoding = query[0, :, :rows].transpose(0, 1).unsqueeze(2)  # [rows, heads, 1, d]
+    outputs = [attention(module, decoding, key[:rows], value[:rows], packed.mask, scaling,
+                         tbx_prefix=packed.prefix)[0].transpose(0, 1)]  # [1, rows, heads, d]
+    start = rows
+    for index, (count, mask, prefix) in enumerate(packed.joins):
+        row = rows + index
+        outputs.append(attention(module, query[:, :, start:start + count], key[row:row + 1], value[row:row + 1],
+                                 mask, scaling, tbx_prefix=prefix)[0])  # [1, count, heads, d]
+        start += count
+    return torch.cat(outputs, dim=1), None
 
 
 def _own_scores(grouped: Any, key: Any, attention_mask: Any) -> Any:

@@ -333,6 +333,44 @@ def test_cache_window_follows_steps_leavers_trims_and_joins():
     check()
 
 
+
+def test_joining_rows_open_in_the_window_and_a_packed_update_fills_them():
+    """Rows that join inside a decode step: `open_rows` places each joining row's previous-turn
+    keys right before the columns its prompt will take, and the packed update writes the decoding
+    rows' next column and the joining rows' prompt columns, all right-aligned; in a spare row
+    without a copy, and with the buffer reallocated when a joining row is wider than the window."""
+    import torch
+    from transformers import DynamicCache
+
+    from tbx.policies.decoding import reserve_cache
+
+    generator = torch.Generator().manual_seed(0)
+    rand = lambda *shape: torch.randn(*shape, generator=generator)  # noqa: E731
+    keys, values = rand(2, 2, 4, 3), rand(2, 2, 4, 3)
+    layer = reserve_cache(DynamicCache(ddp_cache_data=[(keys.clone(), values.clone())]), 3).layers[0]
+    layer.compact([], 1)  # one row decoding, one spare
+    buffer = layer._keys
+    layer.open_rows([None], [2], 0, 1)
+    step_keys, step_values = rand(1, 2, 3, 3), rand(1, 2, 3, 3)  # the decoding row's token, then the joining row's 2
+    got_keys, got_values = layer.update(step_keys, step_values)
+    assert layer._keys is buffer and got_keys.shape == (2, 2, 5, 3)
+    for got, old, new in ((got_keys, keys, step_keys), (got_values, values, step_values)):
+        assert torch.equal(got[0, :, :4], old[0]) and torch.equal(got[0, :, 4], new[0, :, 0])
+        assert torch.equal(got[1, :, 3:], new[0, :, 1:3])
+    window = got_keys.clone(), got_values.clone()
+    earlier = rand(2, 3, 3), rand(2, 3, 3)  # a next turn's previous keys/values [kv_heads, 3, d]
+    # Joining: 3 earlier + 2 prompt columns, and 7 prompt columns (one wider than the window after the step).
+    layer.open_rows([earlier, None], [2, 7], 1, 2)
+    step_keys, step_values = rand(1, 2, 2 + 2 + 7, 3), rand(1, 2, 2 + 2 + 7, 3)
+    got_keys, got_values = layer.update(step_keys, step_values)
+    assert layer._keys is not buffer and got_keys.shape == (4, 2, 7, 3) and torch.isfinite(got_keys).all()
+    for got, old, new, found in ((got_keys, window[0], step_keys, earlier[0]),
+                                 (got_values, window[1], step_values, earlier[1])):
+        assert torch.equal(got[:2, :, 1:6], old) and torch.equal(got[:2, :, 6], new[0, :, :2].transpose(0, 1))
+        assert torch.equal(got[2, :, 2:5], found) and torch.equal(got[2, :, 5:], new[0, :, 2:4])
+        assert torch.equal(got[3], new[0, :, 4:])
+    assert layer._keys.shape[-2] - layer._end >= 2  # the room asked for
+
 # --- conversion cache (a fake transformers at the seam) -----------------------------------------
 
 class FakePretrained:
@@ -466,11 +504,26 @@ def test_weights_first_products_decode_as_linear_does(loaded, decoder):
 
 
 @pytest.mark.slow
-def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder):
+@pytest.mark.parametrize("packed", [True, False], ids=["inside-a-step", "own-forward"])
+def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder, monkeypatch, packed):
     """Continuous batching: rows of two tool sets (two cached prefixes) and a prompt without one
     join a running batch between steps, and an episode's next turn starts from its previous
-    turn's keys/values; every row's greedy tokens equal decoding it alone on a fresh decoder."""
+    turn's keys/values; every row's greedy tokens equal decoding it alone on a fresh decoder.
+    The joining rows are encoded inside the running batch's next step (one packed sequence),
+    or, where that is not taken, in a forward of their own."""
     policy = greedy_policy(loaded, decoder, max_new_tokens=16)
+    joined: list[tuple[list[int], int]] = []  # per packed step: the joining rows' reused tokens, columns added
+    packed_step = decoder._packed_step
+
+    def recording(batch, step, entering):
+        width = batch.mask.shape[1]
+        result = packed_step(batch, step, entering)
+        joined.append((list(entering.reused), result.mask.shape[1] - width))
+        return result
+
+    monkeypatch.setattr(decoder, "_packed_step", recording)
+    if not packed:
+        monkeypatch.setattr(decoder, "_packable", lambda entering: False)
 
     def request(messages, tools, seed=0):
         ids = policy.prompt_ids(messages, tools)
@@ -505,6 +558,11 @@ def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder)
     decoder.decode(list(enumerate(starting)), results.__setitem__, more)
     assert asked[2] == 2 and len(results) == 5
     assert [results[i].token_ids for i in range(5)] == [alone(r) for r in starting + joining]
+    if packed:  # all three in one step: the next turn reused its previous turn and widened the batch
+        (reused, added), = joined
+        assert reused[1] > 0 and added > 1
+    else:
+        assert joined == []
     layout = decoder._layout[1][0]  # every cached prefix end to end: another mix of them copies nothing
     mix = decoder._shared([r.prompt_ids[:r.prefix_len] for r in (joining[0], starting[1])])
     assert decoder._layout[1][0] is layout and mix.keys[0] is layout and len(mix.segments) == 2
@@ -515,8 +573,8 @@ class WidthRecorder(Decoder):
 
     widths: list[int]
 
-    def _step(self, batch, kept):
-        batch = super()._step(batch, kept)
+    def _step(self, batch, kept, joining=()):
+        batch = super()._step(batch, kept, joining)
         self.widths.append(batch.mask.shape[1] if batch is not None else 0)
         return batch
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from tbx.policies.shared_prefix import SharedPrefix, attention
+from tbx.policies.shared_prefix import Packed, SharedPrefix, attention
 
 HEADS, KV_HEADS, DIM, QUERIES, OWN = 6, 2, 8, 3, 6
 
@@ -61,3 +61,47 @@ def test_attention_equals_each_row_written_out(layout):
                        tbx_prefix=SharedPrefix([keys], [values], segments))
     assert got.shape == (rows, QUERIES, HEADS, DIM) and torch.isfinite(got).all()
     torch.testing.assert_close(got, written_out(query, key, value, mask, keys, values, spans), rtol=1e-5, atol=1e-5)
+
+
+def one_query(query, keys, values, visible, prefix_keys=None, prefix_values=None):
+    """One query [heads, d] written out: per head, softmax over [prefix columns, visible own columns]."""
+    out = torch.zeros(HEADS, DIM)
+    for head in range(HEADS):
+        kv = head // (HEADS // KV_HEADS)
+        scores, vals = [keys[kv, visible] @ query[head]], [values[kv, visible]]
+        if prefix_keys is not None:
+            scores.insert(0, prefix_keys[kv] @ query[head])
+            vals.insert(0, prefix_values[kv])
+        out[head] = torch.softmax(torch.cat(scores) / math.sqrt(DIM), 0) @ torch.cat(vals)
+    return out
+
+
+def test_packed_step_attention_equals_each_query_written_out():
+    """A packed step: two decoding rows (one query each, in the last column) then two joining
+    rows (three and two queries in their last columns, causal), all in one sequence; rows read
+    two prefixes or none."""
+    torch.manual_seed(1)
+    width, counts = 7, [3, 2]
+    query = torch.randn(1, HEADS, 2 + sum(counts), DIM)
+    key, value = torch.randn(4, KV_HEADS, width, DIM), torch.randn(4, KV_HEADS, width, DIM)
+    keys, values = torch.randn(KV_HEADS, 11, DIM), torch.randn(KV_HEADS, 11, DIM)
+    spans = [(0, 7), None, (7, 11), (0, 7)]  # per row (decoding 0-1, joining 2-3)
+    own = torch.tensor([[0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]]).bool()
+    columns = torch.arange(width)
+    joins = []
+    for row, count in zip((2, 3), counts, strict=True):
+        seen = own[row][None, :] & (columns[None, :] <= (width - count + torch.arange(count))[:, None])
+        start, end = spans[row]
+        joins.append((count, seen[None, None], SharedPrefix([keys], [values], [(start, end, torch.tensor([0]))])))
+    packed = Packed(2, own[:2, None, None, :], SharedPrefix([keys], [values], [(0, 7, torch.tensor([0]))]), joins)
+    got, _ = attention(SimpleNamespace(layer_idx=0), query, key, value, None, tbx_packed=packed)
+    assert got.shape == (1, 2 + sum(counts), HEADS, DIM)
+    expected, position = [], 0
+    for row, count in enumerate([1, 1, *counts]):
+        for index in range(count):
+            visible = own[row] & (columns <= width - count + index)
+            span = spans[row]
+            prefix = (keys[:, span[0]:span[1]], values[:, span[0]:span[1]]) if span else (None, None)
+            expected.append(one_query(query[0, :, position], key[row], value[row], visible, *prefix))
+            position += 1
+    torch.testing.assert_close(got[0], torch.stack(expected), rtol=1e-5, atol=1e-5)
