@@ -29,7 +29,7 @@ import contextlib
 import inspect
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,7 +171,7 @@ def _growing_layer_class() -> type:
     return GrowingLayer
 
 
-def compaction(count: int, leaving: Sequence[int]) -> tuple[list[int], list[tuple[int, int]]]:
+def compaction(count: int, leaving: Iterable[int]) -> tuple[list[int], list[tuple[int, int]]]:
     """How a batch of `count` rows closes the gaps of the `leaving` ones: each gap takes the
     current last row. Returns the new order (old row indices) and the (target, source) copies."""
     order, moves = list(range(count)), []
@@ -463,7 +463,7 @@ class Decoder:
             return None
         if len(kept) < len(batch.rows):
             if self._joinable(batch):  # the last rows fill the leavers' places; unused columns go
-                order, moves = compaction(len(batch.rows), sorted(set(range(len(batch.rows))) - set(kept)))
+                order, moves = compaction(len(batch.rows), set(range(len(batch.rows))) - set(kept))
                 rows = torch.tensor(order, dtype=torch.long)
                 trim = _unused_columns(batch.mask[rows])
                 for layer in batch.cache.layers:
@@ -532,8 +532,7 @@ class Decoder:
         self.reused_tokens += sum(reused)
         next_positions = torch.cat([batch.positions + 1,
                                     torch.tensor([[start + len(rest)] for start, rest in zip(starts, rests, strict=True)])])
-        return _Batch(every, batch.cache, mask, next_positions, logits if len(logits) == len(keep) else logits[keep],
-                      prefixes)
+        return _Batch(every, batch.cache, mask, next_positions, logits if self._keep_last else logits[keep], prefixes)
 
     @staticmethod
     def _joinable(batch: _Batch) -> bool:
