@@ -66,6 +66,10 @@ class ModelConfig:
     dtype: str = "float32"
     context_length: int = 2048
     tensor_parallel_size: int = 1  # vLLM serving on clusters
+    # Keyword arguments for the chat template, e.g. {enable_thinking: false} for Qwen3: used by local
+    # prompts and the verl agent loop, and sent as `chat_template_kwargs` with every request to the
+    # model's endpoint (vLLM reads it; leave it empty for providers that reject unknown fields).
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     price_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0

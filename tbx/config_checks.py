@@ -147,6 +147,9 @@ def translate(exc: Exception, overrides: Sequence[str]) -> ConfigError:
 
 def _unknown_key_error(key: str, schema: Any, overrides: Sequence[str]) -> ConfigError:
     prefix, _, name = key.rpartition(".")
+    if prefix and not dataclasses.is_dataclass(schema):  # a free-form dict field: Hydra adds keys with "+"
+        return ConfigError(_source(key, overrides), key, f"is a new key of the free-form dict {prefix}",
+                           f"add it with a leading +: '+{key}=VALUE', or the whole dict: '+{prefix}={{{name}:VALUE}}'")
     fields = sorted(_schema_fields(schema))
     close = difflib.get_close_matches(name, fields, n=1)
     full = f"{prefix}.{close[0]}" if prefix and close else (close[0] if close else None)

@@ -190,7 +190,8 @@ class LocalPolicy(Policy):
         kept = list(messages)
         while True:
             chat = build_chat(kept, tools, self.demonstrations(tools), tool_format=self.tool_format)
-            ids = encode_prompt(self.loaded.tokenizer, render_prompt(self.loaded.tokenizer, chat))
+            ids = encode_prompt(self.loaded.tokenizer, render_prompt(self.loaded.tokenizer, chat,
+                                                                     self.model_cfg.chat_template_kwargs))
             first_user = next((i for i, m in enumerate(kept) if m.role == "user"), len(kept))
             if len(ids) <= budget or len(kept) - first_user <= 2:
                 return tuple(ids[-budget:])
@@ -208,10 +209,7 @@ class LocalPolicy(Policy):
         system = list(messages[:1]) if messages and messages[0].role == "system" else []
         fixed = build_chat(system, tools, self.demonstrations(tools), tool_format=self.tool_format)
         tokenizer = self.loaded.tokenizer
-        if getattr(tokenizer, "chat_template", None):
-            text = tokenizer.apply_chat_template(fixed, tokenize=False, add_generation_prompt=False)
-        else:
-            text = render_prompt(tokenizer, fixed).removesuffix("<|im_start|>assistant\n")
+        text = render_prompt(tokenizer, fixed, self.model_cfg.chat_template_kwargs, generation_prompt=False)
         ids = encode_prompt(tokenizer, text)
         return len(ids) if tuple(prompt_ids[:len(ids)]) == tuple(ids) else 0
 

@@ -21,8 +21,11 @@ class OpenAIPolicy(Policy):
     name = "openai"
 
     def __init__(self, endpoint: EndpointConfig, *, model_name: str = "", price_input_per_mtok: float = 0.0,
-                 price_output_per_mtok: float = 0.0, client: ChatClient | None = None):
+                 price_output_per_mtok: float = 0.0, client: ChatClient | None = None,
+                 chat_template_kwargs: dict[str, Any] | None = None):
+        """`chat_template_kwargs`: sent with every request (vLLM passes them to the chat template)."""
         self.endpoint = endpoint
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.model_name = model_name or endpoint.model
         self.price_input_per_mtok = price_input_per_mtok
         self.price_output_per_mtok = price_output_per_mtok
@@ -42,10 +45,11 @@ class OpenAIPolicy(Policy):
             model_name=model.name,
             price_input_per_mtok=model.price_input_per_mtok if priced else endpoint.price_input_per_mtok,
             price_output_per_mtok=model.price_output_per_mtok if priced else endpoint.price_output_per_mtok,
+            chat_template_kwargs=model.chat_template_kwargs,
         )
 
     def agent(self, context: EpisodeContext) -> Agent:
-        return OpenAIAgent(self.client, seed=context.seed)
+        return OpenAIAgent(self.client, seed=context.seed, chat_template_kwargs=self.chat_template_kwargs)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -54,14 +58,17 @@ class OpenAIPolicy(Policy):
 class OpenAIAgent(Agent):
     """One episode's agent: stateless apart from its sampling seed."""
 
-    def __init__(self, client: ChatClient, seed: int | None = None):
+    def __init__(self, client: ChatClient, seed: int | None = None, chat_template_kwargs: dict[str, Any] | None = None):
         self.client = client
         self.seed = seed
+        self.chat_template_kwargs = chat_template_kwargs or {}
 
     async def act(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> AssistantTurn:
         from tbx.policies.parsing import parse_openai_message  # shared parser, imported at first use
 
         overrides: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
+        if self.chat_template_kwargs:  # only when set: providers may reject a field they do not know
+            overrides["chat_template_kwargs"] = self.chat_template_kwargs
         result = await self.client.chat(to_openai_messages(messages), [t.to_openai() for t in tools] or None,
                                         **overrides)
         parsed = parse_openai_message(result.message)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -240,11 +240,15 @@ def render_chatml(chat: Sequence[ChatMessage]) -> str:
     return text + "<|im_start|>assistant\n"
 
 
-def render_prompt(tokenizer: Any, chat: Sequence[ChatMessage]) -> str:
-    """The prompt text: the tokenizer's chat template with the generation prompt, else ChatML."""
+def render_prompt(tokenizer: Any, chat: Sequence[ChatMessage], template_kwargs: Mapping[str, Any] | None = None,
+                  generation_prompt: bool = True) -> str:
+    """The prompt text: the tokenizer's chat template (given `template_kwargs`, e.g. Qwen3's
+    `enable_thinking`) with the generation prompt, else ChatML (which takes no arguments)."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(list(chat), tokenize=False, add_generation_prompt=True)
-    return render_chatml(chat)
+        return tokenizer.apply_chat_template(list(chat), tokenize=False, add_generation_prompt=generation_prompt,
+                                             **dict(template_kwargs or {}))
+    text = render_chatml(chat)
+    return text if generation_prompt else text.removesuffix("<|im_start|>assistant\n")
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

@@ -65,8 +65,8 @@ class TbxEpisodeLoop(AgentLoopBase):
             raise ConfigError("verl dataset row", "extra_info.task_id", "is missing",
                               "write the rows with tbx.verl_bridge.data.pool_rows")
         style = self.prompt_style
-        renderer = PromptRenderer(self.tokenizer, style, world.cfg.model.few_shot,
-                                 world.cfg.model.tool_format)  # type: ignore[arg-type]
+        renderer = PromptRenderer(self.tokenizer, style, world.cfg.model.few_shot,  # type: ignore[arg-type]
+                                  world.cfg.model.tool_format, world.cfg.model.chat_template_kwargs)
         limits = TokenLimits(prompt=int(self.rollout_config.prompt_length),
                              response=int(self.rollout_config.response_length),
                              new_tokens=self.max_new_tokens or world.cfg.model.max_new_tokens)

@@ -212,7 +212,8 @@ def check_pool_prompts(cfg: Config, task_ids: Sequence[str], tokenizer: object, 
     """Launch-time check of every pool task's first prompt; returns the lengths, raises `ConfigError`."""
     world = EpisodeWorld.from_config(cfg)
     try:
-        renderer = PromptRenderer(tokenizer, prompt_style, cfg.model.few_shot, cfg.model.tool_format)  # type: ignore[arg-type]
+        renderer = PromptRenderer(tokenizer, prompt_style, cfg.model.few_shot, cfg.model.tool_format,  # type: ignore[arg-type]
+                                  cfg.model.chat_template_kwargs)
         lengths = asyncio.run(first_prompt_lengths(world, task_ids, renderer))
     finally:
         world.backend.close()

@@ -25,7 +25,7 @@ format; we render with tbx's prompt builder so that training and evaluation prom
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,6 +55,7 @@ class PromptRenderer:
     style: PromptStyle = "tbx"
     few_shot: bool = True  # tbx style: worked tool-call examples (`model.few_shot`)
     tool_format: str = "json"  # tbx style: `model.tool_format`
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # `model.chat_template_kwargs`
 
     def __post_init__(self) -> None:
         if self.style not in PROMPT_STYLES:
@@ -70,12 +71,13 @@ class PromptRenderer:
             demonstrations = demonstrations_for(tools) if self.few_shot else ()
             chat = _mark_turns(build_chat(messages, tools, demonstrations, tool_format=check_tool_format(
                 self.tool_format)), own_turns)
-            return render_prompt(self.tokenizer, chat)
+            return render_prompt(self.tokenizer, chat, self.template_kwargs)
         from tbx.llm_client import to_openai_messages
 
         chat = _mark_turns(to_openai_messages(messages), own_turns)
         return self.tokenizer.apply_chat_template(chat, tools=[t.to_openai() for t in tools] or None,
-                                                  tokenize=False, add_generation_prompt=True)
+                                                  tokenize=False, add_generation_prompt=True,
+                                                  **dict(self.template_kwargs))
 
     def encode(self, text: str) -> list[int]:
         return encode_prompt(self.tokenizer, text)

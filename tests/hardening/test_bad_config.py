@@ -40,6 +40,8 @@ CONF = ROOT / "conf"
     (["modle=openai_endpoint"], "command line 'modle=openai_endpoint'", "modle", "did you mean model?"),
     (["model.endpoint.nope=1"], "command line 'model.endpoint.nope=1'", "model.endpoint.nope", "EndpointConfig"),
     (["+colour=red"], "command line '+colour=red'", "colour", "The keys of the config"),
+    (["model.chat_template_kwargs.enable_thinking=false"], "command line 'model.chat_template_kwargs.enable_thinking"
+     "=false'", "model.chat_template_kwargs.enable_thinking", "'+model.chat_template_kwargs.enable_thinking=VALUE'"),
     (["eval.attempts=abc"], "command line 'eval.attempts=abc'", "eval.attempts", "type int"),
     (["difficulty.edges=abc"], "command line 'difficulty.edges=abc'", "difficulty.edges", "type list[float]"),
     (["model=nope"], "conf/model/nope.yaml", "model", "openai_endpoint, smollm2_135m"),
@@ -55,6 +57,7 @@ def test_composition_mistake_names_file_field_and_fix(overrides, source, field, 
 
 def test_free_form_extra_keys_are_not_mistakes():
     assert composition_error(CONF, "config", ["stage=eval", "+extra.note=baseline"]) is None
+    assert composition_error(CONF, "config", ["stage=eval", "+model.chat_template_kwargs.enable_thinking=false"]) is None
 
 
 @pytest.mark.parametrize(("name", "text", "source", "field", "fix"), [

@@ -132,6 +132,19 @@ def test_from_config_uses_model_endpoint_name_and_prices(server):
     assert OpenAIPolicy.from_config(cfg).price_output_per_mtok == 8.0
 
 
+def test_chat_template_kwargs_are_sent_only_when_set(server):
+    """`model.chat_template_kwargs` (e.g. Qwen3's enable_thinking) go with every request, for vLLM
+    to pass to the chat template; without them the request carries no such field."""
+    server.script(text_reply("a"), text_reply("b"))
+    cfg = Config()
+    cfg.model.endpoint = endpoint(server)
+    act(OpenAIPolicy.from_config(cfg))
+    cfg.model.chat_template_kwargs = {"enable_thinking": False}
+    act(OpenAIPolicy.from_config(cfg))
+    first, second = server.chat_requests
+    assert "chat_template_kwargs" not in first.body and second.body["chat_template_kwargs"] == {"enable_thinking": False}
+
+
 def test_retries_5xx_and_429_then_succeeds(server):
     server.script(status_reply(503), Scripted(status=429, headers={"Retry-After": "0"}), status_reply(500),
                   text_reply("finally"))

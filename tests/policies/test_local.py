@@ -119,6 +119,44 @@ def test_chatml_fallback_without_a_chat_template():
     assert render_prompt(SimpleNamespace(chat_template=None), chat) == expected
 
 
+def template_tokenizer():
+    """A real transformers tokenizer (one token a character) whose chat template reads Qwen3's
+    `enable_thinking`."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {chr(code): code for code in range(32, 127)} | {"\n": 10, "[UNK]": 0}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
+                               "{% if add_generation_prompt %}<assistant>{% if enable_thinking is defined and "
+                               "not enable_thinking %}<think></think>{% endif %}{% endif %}")
+    return tokenizer
+
+
+def test_chat_template_kwargs_reach_the_template():
+    """`model.chat_template_kwargs` are passed to the chat template by the prompt renderer, the
+    local policy (its prompt ids and its cached prefix both) and the verl agent loop's renderer."""
+    tokenizer = template_tokenizer()
+    chat = [{"role": "user", "content": "hi"}]
+    assert render_prompt(tokenizer, chat) == "<user>hi\n<assistant>"
+    assert render_prompt(tokenizer, chat, {"enable_thinking": False}) == "<user>hi\n<assistant><think></think>"
+    assert render_prompt(tokenizer, chat, {"enable_thinking": False}, generation_prompt=False) == "<user>hi\n"
+    cfg = dataclasses.replace(ModelConfig(), few_shot=False, chat_template_kwargs={"enable_thinking": False})
+    loaded = hf_model.LoadedModel(None, tokenizer, Path("."), False, 0.0, 0.0)
+    policy = LocalPolicy(loaded, cfg, decoder=SimpleNamespace(decode=None))
+    messages = [Message("system", "Be brief."), Message("user", "hi")]
+    ids = policy.prompt_ids(messages, [])
+    assert tokenizer.decode(ids).replace(" ", "").endswith("<assistant><think></think>")
+    assert 0 < policy.prefix_length(messages, [], ids) < len(ids)
+    from tbx.verl_bridge.token_agent import PromptRenderer  # the verl agent loop's prompts, both styles
+
+    for style in ("tbx", "native"):
+        text = PromptRenderer(tokenizer, style, False, template_kwargs={"enable_thinking": False}).text(messages, [])
+        assert text.endswith("<assistant><think></think>"), style
+
+
 # --- the batching scheduler (a fake decoder at the seam) ----------------------------------------
 
 def echo_batch(sizes: list[int], fail: bool = False):
