@@ -234,10 +234,10 @@ def build_chat(messages: Sequence[Message], tools: Sequence[ToolSchema],
     return chat + conversation_turns(rest)
 
 
-def render_chatml(chat: Sequence[ChatMessage]) -> str:
-    """Plain ChatML with the assistant generation prompt (for tokenizers without a template)."""
+def render_chatml(chat: Sequence[ChatMessage], generation_prompt: bool = True) -> str:
+    """Plain ChatML, with the assistant generation prompt unless told not (for tokenizers without a template)."""
     text = "".join(f"<|im_start|>{turn['role']}\n{turn['content']}<|im_end|>\n" for turn in chat)
-    return text + "<|im_start|>assistant\n"
+    return text + "<|im_start|>assistant\n" if generation_prompt else text
 
 
 def render_prompt(tokenizer: Any, chat: Sequence[ChatMessage], template_kwargs: Mapping[str, Any] | None = None,
@@ -247,8 +247,7 @@ def render_prompt(tokenizer: Any, chat: Sequence[ChatMessage], template_kwargs: 
     if getattr(tokenizer, "chat_template", None):
         return tokenizer.apply_chat_template(list(chat), tokenize=False, add_generation_prompt=generation_prompt,
                                              **dict(template_kwargs or {}))
-    text = render_chatml(chat)
-    return text if generation_prompt else text.removesuffix("<|im_start|>assistant\n")
+    return render_chatml(chat, generation_prompt)
 
 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:

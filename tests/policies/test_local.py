@@ -117,6 +117,8 @@ def test_chatml_fallback_without_a_chat_template():
     expected = "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n"
     assert render_chatml(chat) == expected
     assert render_prompt(SimpleNamespace(chat_template=None), chat) == expected
+    assert render_prompt(SimpleNamespace(chat_template=None), chat, generation_prompt=False) == expected.removesuffix(
+        "<|im_start|>assistant\n")
 
 
 def template_tokenizer():
