@@ -78,13 +78,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         measure(out, "warm", "tasks=train_sample", "tasks.limit=1", *common)  # model conversion/cache, imports
-        if not products.planned():  # the few-row products are timed once per process: not inside a level
+        if not products.planned():  # the products' plan is timed once per machine: not inside a level
             cfg = config(out / "plan", *common)
             torch.set_num_threads(cfg.model.threads)
             products.plan_for(load_model(cfg.model).model, product_plans(cfg.model))
         for matrices, threads, plan in products.planned():
-            print(f"weight products ({matrices} matrices, {threads} threads): weights first for "
-                  f"{products.describe(plan) or 'no'} rows")
+            print(f"weight products ({matrices} matrices, {threads} threads): {products.describe(plan)}")
         runs: dict[int, list[tuple[float, float, float]]] = {1: [], 4: [], 16: []}
         for round_ in range(args.repeats):
             for concurrency in (1, 4, 16):  # the same tasks at every level

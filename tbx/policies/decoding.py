@@ -16,8 +16,9 @@ Our own small loop rather than `model.generate`, so that:
   the joining prompts), not in a forward of their own;
 - an episode's next turn starts from the keys/values of its previous turn where its prompt
   continues it (the longest shared run of tokens), so only the new messages are encoded.
-- the weight products of steps with a few rows go whichever way the BLAS does faster on this
-  machine, timed once per process or read from a plan store (`tbx.policies.products`).
+- the weight products go whichever way is faster on this machine for the step's row count
+  (`linear`, weights first, or oneDNN on prepacked weights), timed once per process or read
+  from a plan store (`tbx.policies.products`).
 
 Each row's own cache holds `[padding][rest of the prompt][generated]`, so every row's last prompt
 token sits in the last column; positions run on from the row's own prefix.
@@ -25,7 +26,6 @@ token sits in the last column; positions run on from the row's own prefix.
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
 from collections import OrderedDict
@@ -381,7 +381,7 @@ class Decoder:
     """
 
     def __init__(self, model: Any, tokenizer: Any, plan_store: Path | None = None):
-        """`plan_store`: a JSON file that keeps the few-row product plan (`tbx.policies.products`)
+        """`plan_store`: a JSON file that keeps the weight products' plan (`tbx.policies.products`)
         for every process on the machine; without it the plan is timed once per process."""
         self.model, self.tokenizer = model, tokenizer
         self._plan_store = plan_store
@@ -398,7 +398,7 @@ class Decoder:
         # excluded) -> (prefix length, per layer keys and values [kv_heads, own length, head_dim]).
         self._conversations: OrderedDict[tuple[int, ...], tuple[int, list[Any], list[Any]]] = OrderedDict()
         self.reused_tokens = 0  # prompt tokens taken from an earlier turn's keys/values instead
-        self._products: products.Products | None = None  # few-row weight products (timed when first needed)
+        self._products: products.Products | None = None  # the weight products' plan (timed when first needed)
 
     @property
     def shares_prefixes(self) -> bool:
@@ -696,10 +696,9 @@ class Decoder:
         arguments[self._cache_arg] = cache
         if (last_only or keep is not None) and self._keep_last:
             arguments["logits_to_keep"] = 1 if keep is None else keep  # not the whole prompt's logits
-        rows = ids.numel()
-        if self._products is None and 1 < rows <= max(products.COUNTS):
+        if self._products is None:
             self._products = products.Products.of(self.model, self._plan_store)
-        with self._products.active(rows) if self._products is not None else contextlib.nullcontext():
+        with self._products.active(ids.numel()):
             if prefixes is None and packed is None:
                 return self.model(**arguments)
             with shared_prefix.switched(self.model):

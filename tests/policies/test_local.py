@@ -523,23 +523,30 @@ def test_batched_greedy_equals_one_at_a_time(loaded, decoder):
 
 
 @pytest.mark.slow
-def test_weights_first_products_decode_as_linear_does(loaded, decoder):
-    """Whatever the timing chose on this machine: with every few-row product weights first
-    (rows padded to 4, 16 or 32), batched greedy rows equal decoding each alone with `linear`."""
+@pytest.mark.parametrize("way", [products.FIRST, products.PACKED])
+def test_planned_products_decode_as_linear_does(loaded, decoder, way):
+    """Whatever the timing chose on this machine: with every product of a step weights first
+    (rows padded to 4, 16 or 32) or packed by oneDNN (prompt encoding included), batched greedy
+    rows equal decoding each alone with `linear`."""
+    import torch
+
+    if way == products.PACKED and not products.can_pack():
+        pytest.skip("this torch has no oneDNN packed linear")
     policy = greedy_policy(loaded, decoder, max_new_tokens=12)
     requests = []
     for text in REQUESTS[:3]:
         ids = policy.prompt_ids(conversation(text), TOOLS)
         requests.append(GenerationRequest(ids, 12, 0, policy.prefix_length(conversation(text), TOOLS, ids)))
     forced = Decoder(loaded.model, loaded.tokenizer)
-    plan = {rows: 4 if rows <= 4 else 16 if rows <= 16 else 32 for rows in range(2, 33)}
+    if way == products.FIRST:
+        plan = {rows: (way, 4 if rows <= 4 else 16 if rows <= 16 else 32) for rows in range(2, 33)}
+    else:
+        plan = {rows: (way, 32) for rows in range(1, 33)}
     forced._products = products.Products(products.linears(loaded.model), plan)
     plain = Decoder(loaded.model, loaded.tokenizer)
     plain._products = products.Products([], {})
     together = forced.generate_batch(requests)
     assert [g.token_ids for g in together] == [plain.generate_batch([r])[0].token_ids for r in requests]
-    import torch
-
     assert all("forward" not in m.__dict__ for m in loaded.model.modules() if isinstance(m, torch.nn.Linear))
 
 
