@@ -84,7 +84,7 @@ def find_package_file(package: str, filename: str) -> Path:
 
 
 def product_plans(cfg: ModelConfig) -> Path:
-    """The file that keeps the few-row product plans (`tbx.policies.products`) beside the converted models."""
+    """The file that keeps the weight-product plans (`tbx.policies.products`) beside the converted models."""
     return resolve_config_path(cfg.cache_dir) / "products.json"
 
 

@@ -162,7 +162,7 @@ class LocalPolicy(Policy):
         self.price_input_per_mtok = model_cfg.price_input_per_mtok
         self.price_output_per_mtok = model_cfg.price_output_per_mtok
         self.tool_format = check_tool_format(model_cfg.tool_format)
-        # One few-row product plan for every process on the machine (a resumed run decodes as the
+        # One weight-product plan for every process on the machine (a resumed run decodes as the
         # uninterrupted one did), kept beside the converted models.
         self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer, product_plans(model_cfg))
         self.scheduler = BatchScheduler(self.decoder.decode, model_cfg.batch_size)
