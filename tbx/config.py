@@ -63,6 +63,10 @@ class ModelConfig:
     few_shot: bool = True  # render example tool-call turns into the prompt (small models need them)
     tool_format: str = "json"  # local prompts: json (hermes schema lines) | compact (one signature line per tool)
     threads: int = 2  # torch CPU threads
+    # local, CPU: let the weight-product plan use oneDNN on packed copies of the weights where it
+    # timed faster (tbx/policies/products.py). Costs the weights' size again in memory, plus
+    # oneDNN's kernels for each product shape (SmolLM2's 16-agent benchmark level: +1.1 GB).
+    pack_weights: bool = True
     dtype: str = "float32"
     context_length: int = 2048
     tensor_parallel_size: int = 1  # vLLM serving on clusters

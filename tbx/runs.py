@@ -49,7 +49,7 @@ def identity_settings(cfg: Config) -> dict[str, Any]:
         settings["pool"] = hash_json(pool.read_text()) if pool.is_file() else str(pool)
     if "reference" not in cfg.policy._target_:
         model = dataclasses.asdict(cfg.model)
-        for key in ("cache_dir", "threads", "batch_size", "endpoint"):
+        for key in ("cache_dir", "threads", "batch_size", "pack_weights", "endpoint"):
             model.pop(key)
         settings["model"] = model | {"endpoint_model": cfg.model.endpoint.model}
     return settings

@@ -380,11 +380,12 @@ class Decoder:
     (`tbx.policies.shared_prefix`).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, plan_store: Path | None = None):
+    def __init__(self, model: Any, tokenizer: Any, plan_store: Path | None = None, pack_weights: bool = True):
         """`plan_store`: a JSON file that keeps the weight products' plan (`tbx.policies.products`)
-        for every process on the machine; without it the plan is timed once per process."""
+        for every process on the machine; without it the plan is timed once per process.
+        `pack_weights`: whether the plan may use oneDNN on packed copies of the weights."""
         self.model, self.tokenizer = model, tokenizer
-        self._plan_store = plan_store
+        self._plan_store, self._pack_weights = plan_store, pack_weights
         vocab = tokenizer.get_vocab()
         self.stop_ids = frozenset({tokenizer.eos_token_id} | {vocab[t] for t in STOP_TOKENS if t in vocab})
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -697,7 +698,7 @@ class Decoder:
         if (last_only or keep is not None) and self._keep_last:
             arguments["logits_to_keep"] = 1 if keep is None else keep  # not the whole prompt's logits
         if self._products is None:
-            self._products = products.Products.of(self.model, self._plan_store)
+            self._products = products.Products.of(self.model, self._plan_store, self._pack_weights)
         with self._products.active(ids.numel()):
             if prefixes is None and packed is None:
                 return self.model(**arguments)

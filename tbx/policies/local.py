@@ -164,7 +164,8 @@ class LocalPolicy(Policy):
         self.tool_format = check_tool_format(model_cfg.tool_format)
         # One weight-product plan for every process on the machine (a resumed run decodes as the
         # uninterrupted one did), kept beside the converted models.
-        self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer, product_plans(model_cfg))
+        self.decoder = decoder or Decoder(loaded.model, loaded.tokenizer, product_plans(model_cfg),
+                                          pack_weights=model_cfg.pack_weights)
         self.scheduler = BatchScheduler(self.decoder.decode, model_cfg.batch_size)
 
     @classmethod

@@ -171,8 +171,9 @@ def choose(modules: Sequence[Any], counts: Sequence[int] = COUNTS,
     return plan
 
 
-def plan_for(model: Any, store: Path | None = None) -> dict[int, tuple[str, int]]:
-    """`choose` for `model`'s linear modules, timed once per process and set of shapes.
+def plan_for(model: Any, store: Path | None = None, pack: bool = True) -> dict[int, tuple[str, int]]:
+    """`choose` for `model`'s linear modules, timed once per process and set of shapes
+    (`pack=False`: without the packed way, which costs the weights' size again in memory).
 
     With `store` (a JSON file), a plan timed for the same shapes, threads, torch and CPU is read
     from it instead, and a new one is added to it: every process on the machine then decodes
@@ -184,8 +185,9 @@ def plan_for(model: Any, store: Path | None = None) -> dict[int, tuple[str, int]
     modules = linears(model)
     if not modules:
         return {}
+    pack = pack and _packs(modules)
     key = (tuple((tuple(module.weight.shape), module.weight.dtype, module.bias is not None) for module in modules),
-           torch.get_num_threads())
+           torch.get_num_threads(), pack)
     if key not in _PLANS:
         name = hashlib.sha256(repr((key, torch.__version__, _cpu(), _FORMAT)).encode()).hexdigest()[:16]
         stored = _parse(_read(store).get(name)) if store is not None else None
@@ -193,7 +195,7 @@ def plan_for(model: Any, store: Path | None = None) -> dict[int, tuple[str, int]
             _PLANS[key] = stored
         else:
             with torch.inference_mode():
-                _PLANS[key] = choose(modules, ways=WAYS if _packs(modules) else (LINEAR, FIRST))
+                _PLANS[key] = choose(modules, ways=WAYS if pack else (LINEAR, FIRST))
             if store is not None:
                 _write(store, name, _PLANS[key])
         log.info("weight products: %s (%s on %d matrices)", describe(_PLANS[key]),
@@ -249,7 +251,7 @@ def _write(store: Path, name: str, plan: Mapping[int, tuple[str, int]]) -> None:
 
 def planned() -> list[tuple[int, int, dict[int, tuple[str, int]]]]:
     """(weight matrices, threads, plan) for every set of shapes planned in this process (timed or read)."""
-    return [(len(shapes), threads, dict(plan)) for (shapes, threads), plan in _PLANS.items()]
+    return [(len(shapes), threads, dict(plan)) for (shapes, threads, _), plan in _PLANS.items()]
 
 
 def describe(plan: Mapping[int, tuple[str, int]]) -> str:
@@ -279,8 +281,8 @@ class Products:
         self._packing = Packing()
 
     @classmethod
-    def of(cls, model: Any, store: Path | None = None) -> Products:
-        return cls(linears(model), plan_for(model, store))
+    def of(cls, model: Any, store: Path | None = None, pack: bool = True) -> Products:
+        return cls(linears(model), plan_for(model, store, pack))
 
     def way(self, rows: int) -> tuple[str, int] | None:
         """The plan's (way, count) for a product of `rows` rows (None: `linear`)."""

@@ -28,7 +28,7 @@ import contextlib
 import functools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 NAME = "tbx_shared_prefix"
@@ -42,6 +42,19 @@ class SharedPrefix:
     keys: Sequence[Any]
     values: Sequence[Any]
     segments: Sequence[tuple[int, int, Any]]  # (start, end, row indices [n] as a tensor)
+    _unread: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)  # see `unread`
+
+    def unread(self, rows: int) -> Any:
+        """The indices of the rows of a `rows`-row batch that read no prefix (None: every row reads
+        one). Asked by every layer of a step: worked out once."""
+        if rows not in self._unread:
+            import torch
+
+            read = torch.zeros(rows, dtype=torch.bool)
+            for _, _, members in self.segments:
+                read[members] = True
+            self._unread[rows] = None if bool(read.all()) else (~read).nonzero().squeeze(1)
+        return self._unread[rows]
 
     def select(self, rows: Any) -> SharedPrefix:
         """The same prefixes for a subset of rows, renumbered (`rows`: the kept rows' old indices, in their new order)."""
@@ -104,8 +117,10 @@ def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any
     # Own scores of every row, masked; then per prefix, its rows' prefix scores (the batch folded
     # into the query rows) and own scores under one softmax.
     own_scores = _own_scores(grouped, key, attention_mask).mul_(scale)  # [b, kvh, width, s]
-    # Rows that read no prefix keep this; a padding query that sees no column gets weights 0, not NaN.
-    own_weights = own_scores.softmax(-1).nan_to_num_(0.0)
+    own_weights = torch.empty_like(own_scores)  # every row's is written: below, or per prefix
+    unread = tbx_prefix.unread(rows)
+    if unread is not None:  # rows that read no prefix: a padding query that sees no column gets 0, not NaN
+        own_weights.index_copy_(0, unread, own_scores.index_select(0, unread).softmax(-1).nan_to_num_(0.0))
     prefix_out = torch.zeros_like(grouped)  # [b, kvh, width, d]
     prefix_keys, prefix_values = tbx_prefix.keys[module.layer_idx], tbx_prefix.values[module.layer_idx]
     for start, end, members in tbx_prefix.segments:

@@ -126,3 +126,16 @@ def test_where_a_run_runs_is_not_part_of_its_identity():
     here = compose_cfg("stage=probe", "tasks=mock")
     there = compose_cfg("stage=probe", "tasks=mock", "hardware=slurm_a100x8", "launcher.shards=3", "launcher.wait=false")
     assert run_identity(here) == run_identity(there)  # same folder, same store rows, same W&B group
+
+
+def test_how_the_local_model_computes_is_not_part_of_a_runs_identity():
+    """Threads, batch size and packed weight products change float summation order only: a run
+    resumed with other settings continues in the same folder."""
+    from tbx.runs import run_identity
+
+    here = compose_cfg("stage=eval", "tasks=mock", "policy=model")
+    there = compose_cfg("stage=eval", "tasks=mock", "policy=model", "model.pack_weights=false", "model.threads=1",
+                        "model.batch_size=4")
+    assert there.model.pack_weights is False and run_identity(here) == run_identity(there)
+    assert run_identity(here) != run_identity(compose_cfg("stage=eval", "tasks=mock", "policy=model",
+                                                          "model.max_new_tokens=7"))

@@ -551,6 +551,21 @@ def test_planned_products_decode_as_linear_does(loaded, decoder, way):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pack", [True, False])
+def test_model_pack_weights_decides_whether_the_plan_may_pack(loaded, monkeypatch, tmp_path, pack):
+    """`model.pack_weights=false` keeps the products' plan to `linear` and weights first (no
+    packed copy of the weights is ever made)."""
+    asked = []
+    monkeypatch.setattr(products, "_PLANS", {})
+    monkeypatch.setattr(products, "choose", lambda modules, ways: asked.append(tuple(ways)) or {})
+    cfg = dataclasses.replace(ModelConfig(), temperature=0.0, threads=1, pack_weights=pack, cache_dir=str(tmp_path))
+    policy = LocalPolicy(loaded, cfg)
+    policy.decoder.generate_batch([GenerationRequest(tuple(range(100, 120)), 2, 0)])
+    packs = pack and products.can_pack()
+    assert asked == [products.WAYS if packs else (products.LINEAR, products.FIRST)]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("packed", [True, False], ids=["inside-a-step", "own-forward"])
 def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder, monkeypatch, packed):
     """Continuous batching: rows of two tool sets (two cached prefixes) and a prompt without one

@@ -108,12 +108,16 @@ def test_plan_for_times_a_model_once_per_process(monkeypatch):
     assert products.plan_for(torch.nn.Sequential(torch.nn.GELU())) == {}
 
 
-def test_without_onednn_the_packed_way_is_not_timed(monkeypatch):
+def test_without_onednn_or_when_told_not_to_pack_the_packed_way_is_not_timed(monkeypatch):
     asked = []
+    monkeypatch.setattr(products, "choose", lambda modules, ways: asked.append(tuple(ways)) or {})
+    monkeypatch.setattr(products, "_PLANS", {})
+    assert products.plan_for(model(), pack=False) == {} and asked == [(LINEAR, FIRST)]
+    if products.can_pack():  # the same shapes with packing allowed: a plan of its own
+        assert products.plan_for(model()) == {} and asked[-1] == products.WAYS
     monkeypatch.setattr(products, "_PLANS", {})
     monkeypatch.setattr(products, "can_pack", lambda: False)
-    monkeypatch.setattr(products, "choose", lambda modules, ways: asked.append(tuple(ways)) or {})
-    assert products.plan_for(model()) == {} and asked == [(LINEAR, FIRST)]
+    assert products.plan_for(model()) == {} and asked[-1] == (LINEAR, FIRST)
 
 
 def test_measure_times_every_way_on_the_modules():
