@@ -122,7 +122,7 @@ def measure(modules: Sequence[Any], rows: int, way: str, packing: Packing | None
     rows_of = {key: torch.randn(rows, key[0], generator=generator).to(key[1]) for key in sorted(inputs, key=str)}
     if way == PACKED:
         packing = packing or Packing()
-        for module in modules:  # packing is done once per weight, not part of a product's time
+        for module in modules:  # not part of a product's time; a given `packing` keeps its copies between calls
             packing.of(module)
     start = time.perf_counter()
     for module in modules:
@@ -185,7 +185,6 @@ def plan_for(model: Any, store: Path | None = None, pack: bool = True) -> dict[i
     modules = linears(model)
     if not modules:
         return {}
-    pack = pack and _packs(modules)
     key = (tuple((tuple(module.weight.shape), module.weight.dtype, module.bias is not None) for module in modules),
            torch.get_num_threads(), pack)
     if key not in _PLANS:
@@ -194,8 +193,9 @@ def plan_for(model: Any, store: Path | None = None, pack: bool = True) -> dict[i
         if stored is not None:
             _PLANS[key] = stored
         else:
-            with torch.inference_mode():
-                _PLANS[key] = choose(modules, ways=WAYS if pack else (LINEAR, FIRST))
+            with torch.inference_mode():  # one packed copy for every timing of the packed way, dropped after
+                _PLANS[key] = choose(modules, ways=WAYS if pack and _packs(modules) else (LINEAR, FIRST),
+                                     timing=functools.partial(measure, packing=Packing()))
             if store is not None:
                 _write(store, name, _PLANS[key])
         log.info("weight products: %s (%s on %d matrices)", describe(_PLANS[key]),

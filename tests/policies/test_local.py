@@ -557,7 +557,7 @@ def test_model_pack_weights_decides_whether_the_plan_may_pack(loaded, monkeypatc
     packed copy of the weights is ever made)."""
     asked = []
     monkeypatch.setattr(products, "_PLANS", {})
-    monkeypatch.setattr(products, "choose", lambda modules, ways: asked.append(tuple(ways)) or {})
+    monkeypatch.setattr(products, "choose", lambda modules, ways, timing: asked.append(tuple(ways)) or {})
     cfg = dataclasses.replace(ModelConfig(), temperature=0.0, threads=1, pack_weights=pack, cache_dir=str(tmp_path))
     policy = LocalPolicy(loaded, cfg)
     policy.decoder.generate_batch([GenerationRequest(tuple(range(100, 120)), 2, 0)])

@@ -101,7 +101,7 @@ def test_choose_goes_by_each_ways_fastest_timing():
 def test_plan_for_times_a_model_once_per_process(monkeypatch):
     chosen = []
     monkeypatch.setattr(products, "_PLANS", {})
-    monkeypatch.setattr(products, "choose", lambda modules, ways: chosen.append(len(modules)) or {2: (FIRST, 2)})
+    monkeypatch.setattr(products, "choose", lambda modules, ways, timing: chosen.append(len(modules)) or {2: (FIRST, 2)})
     net = model()
     assert products.plan_for(net) == {2: (FIRST, 2)} and products.plan_for(model()) == {2: (FIRST, 2)}
     assert chosen == [2]  # the second model has the same shapes: no second timing
@@ -110,7 +110,7 @@ def test_plan_for_times_a_model_once_per_process(monkeypatch):
 
 def test_without_onednn_or_when_told_not_to_pack_the_packed_way_is_not_timed(monkeypatch):
     asked = []
-    monkeypatch.setattr(products, "choose", lambda modules, ways: asked.append(tuple(ways)) or {})
+    monkeypatch.setattr(products, "choose", lambda modules, ways, timing: asked.append(tuple(ways)) or {})
     monkeypatch.setattr(products, "_PLANS", {})
     assert products.plan_for(model(), pack=False) == {} and asked == [(LINEAR, FIRST)]
     if products.can_pack():  # the same shapes with packing allowed: a plan of its own
@@ -165,7 +165,7 @@ def test_timing_leaves_the_global_torch_rng_alone():
 def test_a_stored_plan_is_read_by_later_processes_and_a_bad_file_is_timed_again(monkeypatch, tmp_path):
     timed = []
     plan = {3: (FIRST, 4), 4: (FIRST, 4), 5: (PACKED, 8)}
-    monkeypatch.setattr(products, "choose", lambda modules, ways: timed.append(1) or dict(plan))
+    monkeypatch.setattr(products, "choose", lambda modules, ways, timing: timed.append(1) or dict(plan))
     store = tmp_path / "cache" / "products.json"
     monkeypatch.setattr(products, "_PLANS", {})
     assert products.plan_for(model(), store) == plan and len(timed) == 1 and store.is_file()
