@@ -411,6 +411,67 @@ def test_joining_rows_open_in_the_window_and_a_packed_update_fills_them():
         assert torch.equal(got[3], new[0, :, 4:])
     assert layer._keys.shape[-2] - layer._end >= 2  # the room asked for
 
+
+def test_window_slides_back_within_the_buffer_when_its_right_columns_run_out():
+    """A long-running batch's window moves right one column a step and leaves columns behind it
+    (`trim`). When the columns after it run out, it slides back to the buffer's start, overlapping
+    or not, with no new buffer; a buffer without enough columns in all is still reallocated."""
+    import torch
+    from transformers import DynamicCache
+
+    from tbx.policies.decoding import _SPARE_COLUMNS, reserve_cache
+
+    generator = torch.Generator().manual_seed(0)
+    rand = lambda *shape: torch.randn(*shape, generator=generator)  # noqa: E731
+    keys, values = rand(3, 2, 5, 4), rand(3, 2, 5, 4)
+    layer = reserve_cache(DynamicCache(ddp_cache_data=[(keys.clone(), values.clone())]), 3).layers[0]
+    layer.open_rows([None], [1], 0, 2 * _SPARE_COLUMNS)  # grows the buffer: room for many steps
+    layer.update(rand(1, 2, 3 + 1, 4), rand(1, 2, 3 + 1, 4))
+    buffer, columns = layer._keys, layer._keys.shape[-2]
+    slides = 0
+    for step in range(3 * columns):  # decode steps, each dropping the window's first column
+        keys, values = layer.keys.clone(), layer.values.clone()
+        new_keys, new_values = rand(4, 2, 1, 4), rand(4, 2, 1, 4)
+        before = layer._start
+        if step % 7 == 0:  # a row leaves and one joins in its place: the batch asks for room
+            layer.compact([], 3)
+            keys, values = keys[:3], values[:3]
+            layer.open_rows([None], [1], 0, _SPARE_COLUMNS)
+            layer.update(torch.cat([new_keys[:3], new_keys[3:]]).transpose(0, 2)[0][None],
+                         torch.cat([new_values[:3], new_values[3:]]).transpose(0, 2)[0][None])
+            expected_keys = torch.cat([torch.cat([keys, new_keys[:3]], 2),
+                                       torch.cat([layer.keys[3:, :, :-1], new_keys[3:]], 2)])
+            expected_values = torch.cat([torch.cat([values, new_values[:3]], 2),
+                                         torch.cat([layer.values[3:, :, :-1], new_values[3:]], 2)])
+        else:
+            layer.update(new_keys, new_values)
+            expected_keys, expected_values = torch.cat([keys, new_keys], 2), torch.cat([values, new_values], 2)
+        assert torch.equal(layer.keys, expected_keys) and torch.equal(layer.values, expected_values)
+        slides += layer._start < before
+        layer.trim(1)
+    assert slides >= 2 and layer._keys is buffer and layer._keys.shape[-2] == columns
+    assert torch.isfinite(layer._keys).all() and torch.isfinite(layer._values).all()
+    layer.open_rows([None], [1], 0, columns)  # more room than the buffer has: a new, larger buffer
+    assert layer._keys is not buffer and layer._keys.shape[-2] > columns
+
+    # A wide window that slides back by less than its width (source and target overlap).
+    keys, values = rand(4, 2, 400, 4), rand(4, 2, 400, 4)
+    layer = reserve_cache(DynamicCache(ddp_cache_data=[(keys.clone(), values.clone())]), 3).layers[0]
+    layer.compact([], 2)  # two spare rows
+    layer.open_rows([None], [1], 0, 2 * _SPARE_COLUMNS)
+    layer.update(rand(1, 2, 2 + 1, 4), rand(1, 2, 2 + 1, 4))
+    layer.trim(180)
+    buffer, columns, start, width = layer._keys, layer._keys.shape[-2], layer._start, layer._end - layer._start
+    assert start < width and layer._end + 1 + (columns - 380) > columns  # overlapping, and out of room
+    keys, values = layer.keys.clone(), layer.values.clone()
+    layer.open_rows([None], [2], 0, columns - 380)
+    new_keys, new_values = rand(1, 2, 3 + 2, 4), rand(1, 2, 3 + 2, 4)
+    layer.update(new_keys, new_values)
+    assert layer._keys is buffer and layer._start == 0
+    assert torch.equal(layer.keys[:3, :, :-1], keys) and torch.equal(layer.values[:3, :, :-1], values)
+    assert torch.equal(layer.keys[:3, :, -1], new_keys[0, :, :3].transpose(0, 1))
+    assert torch.equal(layer.values[3, :, -2:], new_values[0, :, 3:])
+
 # --- conversion cache (a fake transformers at the seam) -----------------------------------------
 
 class FakePretrained:
