@@ -1,5 +1,7 @@
 """The shared-prefix attention (tbx/policies/shared_prefix.py) against attention written out
-row by row: each row's queries over its prefix's keys and its own masked keys, one softmax."""
+row by row: each row's queries over its prefix's keys and its own masked keys, one softmax.
+Decode steps (one query a row) take explicit scores; prompt tokens (several) torch's fused kernel
+and a merge by log-sum-exp, or explicit scores where this torch has no such kernel."""
 
 import math
 from types import SimpleNamespace
@@ -7,27 +9,28 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tbx.policies import shared_prefix
 from tbx.policies.shared_prefix import Packed, SharedPrefix, attention
 
-HEADS, KV_HEADS, DIM, QUERIES, OWN = 6, 2, 8, 3, 6
+HEADS, KV_HEADS, DIM, OWN = 6, 2, 8, 6
 
 
-def own_mask(padding: list[int]) -> torch.Tensor:
+def own_mask(padding: list[int], queries: int) -> torch.Tensor:
     """[rows, 1, queries, own] boolean: the queries are the last columns; causal, left padding."""
     columns = torch.arange(OWN)
-    query_columns = columns[-QUERIES:]
+    query_columns = columns[-queries:]
     rows = [(columns[None, :] <= query_columns[:, None]) & (columns[None, :] >= pad) for pad in padding]
     return torch.stack(rows)[:, None]
 
 
 def written_out(query, key, value, mask, keys, values, spans):
     """Per row and head: softmax over [its prefix's columns, its visible own columns]."""
-    rows = query.shape[0]
-    out = torch.zeros(rows, QUERIES, HEADS, DIM)
+    rows, _, queries, _ = query.shape
+    out = torch.zeros(rows, queries, HEADS, DIM)
     for row in range(rows):
         for head in range(HEADS):
             kv = head // (HEADS // KV_HEADS)
-            for q in range(QUERIES):
+            for q in range(queries):
                 scores = [key[row, kv] @ query[row, head, q]]
                 scores[0] = scores[0].masked_fill(~mask[row, 0, q], float("-inf"))
                 vals = [value[row, kv]]
@@ -43,14 +46,20 @@ def written_out(query, key, value, mask, keys, values, spans):
 
 
 @pytest.mark.parametrize("layout", ["two prefixes and a row without one", "one prefix for every row"])
-def test_attention_equals_each_row_written_out(layout):
+@pytest.mark.parametrize("queries", [1, 3, "3 without the fused kernel"])
+def test_attention_equals_each_row_written_out(layout, queries, monkeypatch):
+    if queries == "3 without the fused kernel":
+        monkeypatch.setattr(shared_prefix, "_fused", lambda: None)
+        queries = 3
+    elif queries == 3:
+        assert shared_prefix._fused() is not None  # this torch has it: the test takes that path
     torch.manual_seed(0)
     rows = 4
-    query = torch.randn(rows, HEADS, QUERIES, DIM)
+    query = torch.randn(rows, HEADS, queries, DIM)
     key, value = torch.randn(rows, KV_HEADS, OWN, DIM), torch.randn(rows, KV_HEADS, OWN, DIM)
     keys, values = torch.randn(KV_HEADS, 11, DIM), torch.randn(KV_HEADS, 11, DIM)
-    # Row 3 is left-padded so that its first two queries see none of its own columns.
-    mask = own_mask([0, 1, 2, OWN - 1])
+    # Row 3 is left-padded so that (with three queries) its first two see none of its own columns.
+    mask = own_mask([0, 1, 2, OWN - 1], queries)
     if layout == "one prefix for every row":
         spans = [(0, 7)] * rows
         segments = [(0, 7, torch.arange(rows))]
@@ -59,7 +68,7 @@ def test_attention_equals_each_row_written_out(layout):
         segments = [(0, 7, torch.tensor([2, 0])), (7, 11, torch.tensor([1]))]
     got, _ = attention(SimpleNamespace(layer_idx=0), query, key, value, mask,
                        tbx_prefix=SharedPrefix([keys], [values], segments))
-    assert got.shape == (rows, QUERIES, HEADS, DIM) and torch.isfinite(got).all()
+    assert got.shape == (rows, queries, HEADS, DIM) and torch.isfinite(got).all()
     torch.testing.assert_close(got, written_out(query, key, value, mask, keys, values, spans), rtol=1e-5, atol=1e-5)
 
 
@@ -76,10 +85,13 @@ def one_query(query, keys, values, visible, prefix_keys=None, prefix_values=None
     return out
 
 
-def test_packed_step_attention_equals_each_query_written_out():
+@pytest.mark.parametrize("fused", [True, False])
+def test_packed_step_attention_equals_each_query_written_out(fused, monkeypatch):
     """A packed step: two decoding rows (one query each, in the last column) then two joining
     rows (three and two queries in their last columns, causal), all in one sequence; rows read
-    two prefixes or none."""
+    two prefixes or none. The joining rows' prompts with torch's fused kernel and without."""
+    if not fused:
+        monkeypatch.setattr(shared_prefix, "_fused", lambda: None)
     torch.manual_seed(1)
     width, counts = 7, [3, 2]
     query = torch.randn(1, HEADS, 2 + sum(counts), DIM)
