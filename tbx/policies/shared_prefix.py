@@ -202,9 +202,9 @@ def _merged(grouped: Any, key: Any, value: Any, attention_mask: Any, scale: floa
         own_lse = lse.index_select(0, members)
         top = torch.maximum(prefix_lse, own_lse)
         prefix_weight, own_weight = (prefix_lse - top).exp_(), (own_lse - top).exp_()
-        total = prefix_weight + own_weight
-        merged = prefix_out.mul(prefix_weight.div_(total).unsqueeze(-1)).add_(
-            output.index_select(0, members).mul_(own_weight.div_(total).unsqueeze(-1)))
+        total = prefix_weight + own_weight  # log-sum-exps are float32 whatever the model's dtype
+        merged = prefix_out.mul(prefix_weight.div_(total).unsqueeze(-1).to(grouped.dtype)).add_(
+            output.index_select(0, members).mul_(own_weight.div_(total).unsqueeze(-1).to(grouped.dtype)))
         output.index_copy_(0, members, merged)
     return output.reshape(rows, heads, width * kv_heads // heads, dim).transpose(1, 2).contiguous(), None
 

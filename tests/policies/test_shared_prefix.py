@@ -117,3 +117,23 @@ def test_packed_step_attention_equals_each_query_written_out(fused, monkeypatch)
             expected.append(one_query(query[0, :, position], key[row], value[row], visible, *prefix))
             position += 1
     torch.testing.assert_close(got[0], torch.stack(expected), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("queries", [1, 3])
+def test_attention_keeps_a_half_precision_models_dtype(dtype, queries):
+    """model.dtype may be bfloat16: every path returns the model's dtype (the fused kernel's
+    log-sum-exps are float32) and agrees with float32 to that dtype's precision."""
+    torch.manual_seed(2)
+    rows = 4
+    query = torch.randn(rows, HEADS, queries, DIM)
+    key, value = torch.randn(rows, KV_HEADS, OWN, DIM), torch.randn(rows, KV_HEADS, OWN, DIM)
+    keys, values = torch.randn(KV_HEADS, 11, DIM), torch.randn(KV_HEADS, 11, DIM)
+    mask = own_mask([0, 1, 2, 3], queries)
+    segments = [(0, 7, torch.tensor([2, 0])), (7, 11, torch.tensor([1]))]
+    expected, _ = attention(SimpleNamespace(layer_idx=0), query, key, value, mask,
+                            tbx_prefix=SharedPrefix([keys], [values], segments))
+    got, _ = attention(SimpleNamespace(layer_idx=0), query.to(dtype), key.to(dtype), value.to(dtype), mask,
+                       tbx_prefix=SharedPrefix([keys.to(dtype)], [values.to(dtype)], segments))
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), expected, rtol=0.05, atol=0.05)
