@@ -58,8 +58,8 @@ def _growing_layer_class() -> type:
     window's start (`trim`); joining rows are copied into spare rows, right-aligned (`join`).
     When the columns after the window run out, the window slides back to the buffer's first
     columns (left free by `trim`); the buffer is reallocated (the window copied once) only when
-    it runs out of rows, or of columns in all. Positions outside a row's real tokens hold zeros or stale keys/values, always
-    finite, and the attention mask hides them. Built lazily: transformers is imported late.
+    it runs out of rows, or of columns in all. Positions outside a row's real tokens hold zeros
+    or stale keys/values, always finite, and the attention mask hides them. Built lazily: transformers is imported late.
     """
     from transformers.cache_utils import DynamicLayer
 

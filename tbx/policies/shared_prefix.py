@@ -181,17 +181,19 @@ def _merged(grouped: Any, key: Any, value: Any, attention_mask: Any, scale: floa
 
     rows, kv_heads, width, dim = grouped.shape
     fused = _fused()
+    def per_grouped_query(per_query: Any) -> Any:  # [b, 1, q, ...] -> [b, 1, g * q, ...]: row g * q + l is query l's
+        group, rest = width // per_query.shape[2], per_query.shape[3:]
+        return per_query.unsqueeze(2).expand(rows, 1, group, *per_query.shape[2:]).reshape(rows, 1, width, *rest)
+
     bias = None
-    if attention_mask is not None:  # [b, 1, q, s] -> additive, one row per grouped query (g * q + l)
-        length, columns = attention_mask.shape[-2:]
-        bias = torch.zeros(attention_mask.shape, dtype=grouped.dtype).masked_fill_(~attention_mask, float("-inf"))
-        bias = bias.expand(rows, width // length, length, columns).reshape(rows, 1, width, columns)
+    if attention_mask is not None:  # [b, 1, q, s] -> additive
+        bias = per_grouped_query(torch.zeros(attention_mask.shape, dtype=grouped.dtype).masked_fill_(
+            ~attention_mask, float("-inf")))
     output, lse = fused(grouped, key, value, attn_mask=bias, scale=scale)  # [b, kvh, width, d], [b, kvh, width]
     if attention_mask is not None:
         seen = attention_mask.any(-1)  # [b, 1, q]
         if not bool(seen.all()):
-            lse = lse.masked_fill(~seen[:, :, None].expand(rows, 1, width // length, length).reshape(rows, 1, width),
-                                  float("-inf"))
+            lse = lse.masked_fill(~per_grouped_query(seen), float("-inf"))
     keys, values = prefix.keys[layer], prefix.values[layer]
     for start, end, members in prefix.segments:
         count = len(members)
