@@ -285,20 +285,28 @@ def pick(logits: Any, requests: Sequence[GenerationRequest], generators: Sequenc
     (top-p) sample drawn with the row's own generator. All rows at once: one softmax and one
     cumulative sum over the batch, then one uniform draw per row inverted through its row's
     distribution (`torch.multinomial` per row over a 49k vocabulary cost ~2 ms a row: 16 rows
-    took ~30 ms of a ~180 ms decode step)."""
+    took ~30 ms of a ~180 ms decode step).
+
+    Only the work the rows need: the argmax only for greedy rows, the division only for a
+    temperature other than 1 (dividing by 1 changes nothing), the cumulative sum in place. Each of
+    those passes over a fresh [16, 49k] tensor cost ~0.7-1.4 ms here (7.3 ms a 16-row pick before,
+    ~5% of a decode step); the tokens drawn are the same."""
     import torch
 
-    picked = logits.argmax(-1).tolist()
     sampled = [index for index, request in enumerate(requests) if request.temperature > 0]
+    greedy = len(sampled) < len(requests)
+    picked = logits.argmax(-1).tolist() if greedy else [0] * len(requests)
     if not sampled:
         return picked
-    temperatures = torch.tensor([[requests[index].temperature] for index in sampled])
-    chosen = logits if len(sampled) == len(requests) else logits[torch.tensor(sampled)]
-    probs = torch.softmax(chosen.float() / temperatures, dim=-1)
+    chosen = logits if not greedy else logits[torch.tensor(sampled)]
+    chosen = chosen.float()
+    if any(requests[index].temperature != 1.0 for index in sampled):
+        chosen = chosen / torch.tensor([[requests[index].temperature] for index in sampled])
+    probs = torch.softmax(chosen, dim=-1)
     for place, index in enumerate(sampled):
         if requests[index].top_p < 1.0:
             probs[place] = nucleus(probs[place], requests[index].top_p)
-    cumulative = probs.cumsum(-1)
+    cumulative = probs.cumsum_(-1)
     draws = torch.cat([torch.rand(1, generator=generators[index]) for index in sampled])
     tokens = torch.searchsorted(cumulative, (draws * cumulative[:, -1])[:, None], right=True)
     for index, token in zip(sampled, tokens.clamp_(max=logits.shape[-1] - 1)[:, 0].tolist(), strict=True):
@@ -547,7 +555,8 @@ class Decoder:
         for row, rest in enumerate(rests, start=rows):  # causal within the row's own columns
             queries = width - len(rest) + torch.arange(len(rest))
             seen = mask[row].bool()[None, :] & (columns[None, :] <= queries[:, None])
-            joins.append((len(rest), seen[None, None], _rows_prefix(prefixes, [row])))
+            own_columns = lengths[row - rows]  # its attention reads these only, not the batch's width
+            joins.append((len(rest), seen[None, None, :, width - own_columns:], _rows_prefix(prefixes, [row])))
         packed = shared_prefix.Packed(rows, mask[:rows].bool()[:, None, None, :],
                                       _rows_prefix(prefixes, range(rows)), joins)
         ids = torch.cat([step[:, 0], *(torch.tensor(rest, dtype=torch.long) for rest in rests)])[None, :]

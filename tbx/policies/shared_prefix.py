@@ -87,7 +87,9 @@ class Packed:
     rows: int  # decoding rows: the sequence's first `rows` tokens, one each
     mask: Any  # theirs [rows, 1, 1, width], boolean
     prefix: SharedPrefix | None  # the prefixes they read
-    joins: Sequence[tuple[int, Any, SharedPrefix | None]]  # per joining row: its tokens, mask [1, 1, n, width], prefix
+    # Per joining row: its tokens n, mask [1, 1, n, c] over the window's last c columns (c <= width:
+    # its own columns; the others, padding for it, are not read), prefix.
+    joins: Sequence[tuple[int, Any, SharedPrefix | None]]
 
 
 def attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any, scaling: float | None = None,
@@ -151,9 +153,9 @@ def _packed(module: Any, query: Any, key: Any, value: Any, scaling: float | None
                          tbx_prefix=packed.prefix)[0].transpose(0, 1)]  # [1, rows, heads, d]
     start = rows
     for index, (count, mask, prefix) in enumerate(packed.joins):
-        row = rows + index
-        outputs.append(attention(module, query[:, :, start:start + count], key[row:row + 1], value[row:row + 1],
-                                 mask, scaling, tbx_prefix=prefix)[0])  # [1, count, heads, d]
+        row, first = rows + index, key.shape[2] - mask.shape[-1]
+        outputs.append(attention(module, query[:, :, start:start + count], key[row:row + 1, :, first:],
+                                 value[row:row + 1, :, first:], mask, scaling, tbx_prefix=prefix)[0])  # [1, count, heads, d]
         start += count
     return torch.cat(outputs, dim=1), None
 

@@ -117,6 +117,13 @@ def test_packed_step_attention_equals_each_query_written_out(fused, monkeypatch)
             expected.append(one_query(query[0, :, position], key[row], value[row], visible, *prefix))
             position += 1
     torch.testing.assert_close(got[0], torch.stack(expected), rtol=1e-5, atol=1e-5)
+    # A joining row's mask may cover only its own (last) columns: those columns alone are read.
+    cut = [(count, mask[..., width - int(own[row].sum()):], prefix)
+           for row, (count, mask, prefix) in zip((2, 3), joins, strict=True)]
+    assert [mask.shape[-1] for _, mask, _ in cut] == [5, 2]
+    narrow, _ = attention(SimpleNamespace(layer_idx=0), query, key, value, None,
+                          tbx_packed=Packed(2, packed.mask, packed.prefix, cut))
+    torch.testing.assert_close(narrow, got, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
