@@ -4,13 +4,17 @@ Each level is an ordinary `stage=eval` run (its own run folder under a temporary
 the model group's own settings (SmolLM2: up to 160 new tokens a turn, temperature 1.0): the first
 `--tasks` tasks of the easy training sample (three domains, one or two tool calls, every fact in
 the opening message), SQLite, the scripted user, at most `--max-turns` agent turns per episode.
-Each level runs `--per-agent` episodes per concurrent agent (at least two attempts per task), so a
-level's rate is measured with its agents busy, not on one wave's tail: 16, 16 and 64 episodes at
-1, 4 and 16 by default, the same tasks each time (later attempts are fresh samples, so the work
-per episode varies a little: turns/s and generated tokens/s are printed beside episodes/s). The time counted is the whole eval run. Prints
-episodes/s, agent turns/s, how many assistant turns carried a tool call that parsed (and how many
-were malformed), and pass@1; then the speed-up from 1 to 16 concurrent episodes. `--travel N`
-also evaluates N travel (benchmark) tasks. A measurement, not a test: it asserts nothing.
+
+Every level plays the same episodes: `--attempts` attempts of each task, with the same seeds, so
+the same sampled turns up to float differences between batch shapes (64 episodes by default; at 16
+concurrent agents that is four waves, so the level is measured with its agents busy, not on one
+wave's tail). The work is what is compared: an episode's length depends on its seed (on these 8
+tasks attempts 0-1 generated 117 tokens an episode, attempts 2-7 159), so levels that played
+different attempts would compare different work. Each level prints its generated tokens and turns
+so that the equal work can be seen. The time counted is the whole eval run. Prints episodes/s,
+agent turns/s, generated tokens/s, how many assistant turns carried a tool call that parsed (and
+how many were malformed), and pass@1; then the speed-up from 1 to 16 concurrent episodes.
+`--travel N` also evaluates N travel (benchmark) tasks. A measurement, not a test: it asserts nothing.
 
     .venv/bin/python benchmarks/smollm2_episodes.py [--threads 2] [--repeats 2] [--travel 18] [OVERRIDES...]
 """
@@ -61,7 +65,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--tasks", type=int, default=8, help="the first N tasks of the easy sample, at every level")
-    parser.add_argument("--per-agent", type=int, default=4, help="episodes per concurrent agent at each level")
+    parser.add_argument("--attempts", type=int, default=8,
+                        help="attempts of each task, the same episodes (seeds) at every level")
     parser.add_argument("--travel", type=int, default=0, help="also evaluate this many travel tasks")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run the three levels this many times in turn; each run is printed, and the "
@@ -73,8 +78,8 @@ def main() -> None:
     register_configs()
     common = [f"model.threads={args.threads}", f"eval.max_turns={args.max_turns}", *args.overrides]
     print(f"cpus={os.cpu_count()} threads={args.threads} load average {os.getloadavg()[0]:.1f}")
-    print(f"{'concurrency':>11} {'episodes':>8} {'seconds':>8} {'episodes/s':>10} {'turns/s':>8} {'tokens/s':>8} "
-          f"{'tool calls':>10} {'malformed':>9} {'pass@1':>7}")
+    print(f"{'concurrency':>11} {'episodes':>8} {'turns':>6} {'tokens':>7} {'seconds':>8} {'episodes/s':>10} "
+          f"{'turns/s':>8} {'tokens/s':>8} {'tool calls':>10} {'malformed':>9} {'pass@1':>7}")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         measure(out, "warm", "tasks=train_sample", "tasks.limit=1", *common)  # model conversion/cache, imports
@@ -87,12 +92,12 @@ def main() -> None:
         runs: dict[int, list[tuple[float, float, float]]] = {1: [], 4: [], 16: []}
         for round_ in range(args.repeats):
             for concurrency in (1, 4, 16):  # the same tasks at every level
-                attempts = max(2, args.per_agent * concurrency // args.tasks)
                 row = measure(out, f"c{concurrency}-{round_}", "tasks=train_sample", f"tasks.limit={args.tasks}",
-                              f"eval.attempts={attempts}", f"eval.concurrency={concurrency}", *common)
+                              f"eval.attempts={args.attempts}", f"eval.concurrency={concurrency}", *common)
                 runs[concurrency].append((row["episodes"] / row["seconds"], row["turns"] / row["seconds"],
                                           row["tokens"] / row["seconds"]))
-                print(f"{concurrency:>11} {row['episodes']:>8} {row['seconds']:>8.1f} {runs[concurrency][-1][0]:>10.3f} "
+                print(f"{concurrency:>11} {row['episodes']:>8} {row['turns']:>6} {row['tokens']:>7} "
+                      f"{row['seconds']:>8.1f} {runs[concurrency][-1][0]:>10.3f} "
                       f"{row['turns'] / row['seconds']:>8.2f} {row['tokens'] / row['seconds']:>8.1f} "
                       f"{row['calls']:>10} {row['malformed']:>9} "
                       f"{row['pass_at_1']:>7.1%}")
