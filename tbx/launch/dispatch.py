@@ -42,6 +42,7 @@ from tbx.config import Config
 from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
+from tbx.preemption import call_preemptible
 
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "TIMEOUT", "GONE", "ENDED"}
@@ -87,7 +88,7 @@ class StageJob(Checkpointable):
 
     def __call__(self) -> Any:
         try:
-            return run_stage(self.cfg)
+            return call_preemptible(run_stage, self.cfg)  # a preemption waits for the event loop to unwind
         except InputError as exc:
             if "SUBMITIT_LOCAL_JOB_ID" in os.environ or "SLURM_JOB_ID" in os.environ:  # the job's log; here
                 print(f"error: {exc}", file=sys.stderr)  # in launch.py's process, launch.py prints it once

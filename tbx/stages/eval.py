@@ -24,6 +24,7 @@ from tbx.episodes import run_episode
 from tbx.errors import ConfigError
 from tbx.faults import validate_faults
 from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
+from tbx.preemption import run_loop
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.stages.components import build_backend, build_judge, build_policy, build_user, episode_cost
@@ -123,7 +124,7 @@ def run_eval(cfg: Config) -> dict[str, Any]:
         runtimes = prepare_all(tasks, backend)
         write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
         attempts = {task_id: range(cfg.eval.attempts) for task_id in runtimes}
-        asyncio.run(run_campaign(cfg, runtimes, log, backend, attempts, "eval"))
+        run_loop(run_campaign(cfg, runtimes, log, backend, attempts, "eval"))
     finally:
         backend.close()
         log.close()

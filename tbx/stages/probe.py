@@ -9,7 +9,6 @@ resumes exactly: rounds are recomputed from what is stored, and nothing final ru
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from typing import Any
@@ -20,6 +19,7 @@ from tbx.config import Config
 from tbx.difficulty import describe
 from tbx.errors import ConfigError
 from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
+from tbx.preemption import run_loop
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.stages.components import build_backend
@@ -97,7 +97,7 @@ def run_probe(cfg: Config) -> dict[str, Any]:
     try:
         runtimes = prepare_all(tasks, backend)
         write_runtimes(run_dir / "tasks.jsonl", runtimes)
-        rounds = asyncio.run(_probe(cfg, runtimes, store, backend, rule))
+        rounds = run_loop(_probe(cfg, runtimes, store, backend, rule))
     finally:
         backend.close()
         store.close()

@@ -28,6 +28,7 @@ from tbx.catalog import resolve_tasks
 from tbx.config import Config, TasksConfig
 from tbx.errors import ConfigError
 from tbx.policies.trainable import TrainablePolicy, build_trainable
+from tbx.preemption import run_loop
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, grpo_update
@@ -209,7 +210,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
             ctx = {"policy": policy, "sampler": sampler, "store": store, "sink": sink, "runtimes": runtimes,
                    "backend": backend, "optimizer": optimizer, "start": start, "scored": scored,
                    "history": history, "checkpoints": checkpoints, "run_episode": run_episode}
-            asyncio.run(_run_and_close(cfg, ctx, policy))
+            run_loop(_run_and_close(cfg, ctx, policy))
     finally:
         backend.close()
         store.close()

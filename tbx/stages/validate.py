@@ -30,6 +30,7 @@ from tbx.errors import TaskFormatError
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
+from tbx.preemption import run_loop
 from tbx.stages.components import build_backend, build_judge
 from tbx.tasks.model import Step
 from tbx.tasks.mutations import mutate
@@ -153,7 +154,7 @@ def run_validate(cfg: Config) -> dict[str, Any]:
     tasks = _load(cfg, verdicts)
     backend = build_backend(cfg)
     try:
-        asyncio.run(_gate(cfg, tasks, backend, verdicts))
+        run_loop(_gate(cfg, tasks, backend, verdicts))
     finally:
         backend.close()
     summary = gate_summary(verdicts)

@@ -68,6 +68,15 @@ def test_local_jobs_preempted_shard_requeues_and_resumes_without_duplicates(tmp_
         "launcher.shards=2", f"launcher.folder={tmp_path}/jobs"))
     plan = make_plan(cfg, n_tasks=6)
     submission = submit(cfg, plan)
+    try:
+        _preempt_a_shard_and_check(tmp_path, submission)
+    finally:  # a failed check leaves no job processes behind
+        for job in [*submission.shards, *([submission.final] if submission.final else [])]:
+            if not job.done():
+                job.cancel()
+
+
+def _preempt_a_shard_and_check(tmp_path, submission):  # noqa: ANN001
     shard = submission.shards[0]
     run_dir = None
     deadline = time.monotonic() + 120
