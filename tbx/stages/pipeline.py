@@ -40,7 +40,8 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
     else:
         trained = run_train(_stage(cfg, "train", train=TrainConfig(pool=select["manifest"])))
         tuned = dataclasses.replace(cfg.model, path=trained["final_model"], name=f"{cfg.model.name}-grpo")
-        after = run_eval(_stage(cfg, "eval", tasks=cfg.pipeline.eval_tasks, eval=evaluation, model=tuned))
+        after = run_eval(_stage(cfg, "eval", tasks=cfg.pipeline.eval_tasks, eval=evaluation, model=tuned,
+                                policy=dataclasses.replace(cfg.policy, name=tuned.name)))  # its run folder and header name it
         runs.append(after["run_dir"])
         names.append(tuned.name)
         steps["train"] = trained["run_dir"]
