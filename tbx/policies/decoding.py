@@ -434,6 +434,7 @@ class Decoder:
         # excluded) -> (prefix length, per layer keys and values [kv_heads, own length, head_dim]).
         self._conversations: OrderedDict[tuple[int, ...], tuple[int, list[Any], list[Any]]] = OrderedDict()
         self.reused_tokens = 0  # prompt tokens taken from an earlier turn's keys/values instead
+        self._waiting: list[tuple[Any, GenerationRequest]] = []  # held back a step (`_entering`)
         self._products: products.Products | None = None  # the weight products' plan (timed when first needed)
 
     @property
@@ -468,6 +469,7 @@ class Decoder:
         import torch
 
         with torch.inference_mode():
+            self._waiting = []
             batch = self._admit(None, items) if items else None
             while batch is not None:
                 kept = []
@@ -482,12 +484,22 @@ class Decoder:
                     for index in kept:
                         row = batch.rows[index]
                         deliver(row.handle, self._generation(row.request, row.tokens))
+                    for handle, request in self._waiting:  # held back, not begun: nothing generated
+                        deliver(handle, self._generation(request, []))
+                    self._waiting = []
                     return
                 if not kept:
-                    joining = more(0)
+                    joining = self._joining(more, 0)
                     batch = self._admit(None, joining) if joining else None
                 else:
-                    batch = self._step(batch, kept, more(len(kept)) if self._joinable(batch) else ())
+                    batch = self._step(batch, kept, self._joining(more, len(kept)) if self._joinable(batch) else ())
+
+    def _joining(self, more: Callable[[int], Sequence[tuple[Any, GenerationRequest]]],
+                 rows: int) -> list[tuple[Any, GenerationRequest]]:
+        """The requests held back a step (`_entering`) first, then those `more` hands over (the
+        held-back ones count as rows decoding)."""
+        waiting, self._waiting = self._waiting, []
+        return waiting + list(more(rows + len(waiting)))
 
     def _step(self, batch: _Batch, kept: list[int],
               joining: Sequence[tuple[Any, GenerationRequest]] = ()) -> _Batch | None:
@@ -513,7 +525,7 @@ class Decoder:
                            batch.positions[rows], None,
                            batch.prefixes.select(rows) if batch.prefixes is not None else None)
         step = torch.tensor([row.tokens[-1] for row in batch.rows], dtype=torch.long)[:, None]
-        entering = self._entering(joining) if joining else None
+        entering = self._entering(joining, batch) if joining else None
         if entering is not None and self._packable(entering):
             return self._packed_step(batch, step, entering)
         batch.mask = torch.cat([batch.mask, torch.ones((len(batch.rows), 1), dtype=torch.long)], dim=1)
@@ -576,19 +588,46 @@ class Decoder:
         """Whether new rows can join `batch` (every cache layer is a growing one)."""
         return all(hasattr(layer, "join") for layer in getattr(batch.cache, "layers", (None,)))
 
-    def _entering(self, items: Sequence[tuple[Any, GenerationRequest]]) -> _Entering:
-        """New requests as rows: each reads its cached prefix and starts from the keys/values of
-        its episode's previous turn where the prompt continues it; the rest is to be encoded."""
+    def _entering(self, items: Sequence[tuple[Any, GenerationRequest]], batch: _Batch | None = None) -> _Entering:
+        """New requests as rows: each reads its cached prefix and starts from the longest run of
+        its prompt that already has keys/values: a finished turn it continues (its episode's
+        previous turn, or another episode's identical opening) or a row of the running `batch`
+        (another attempt at the same task, begun a few steps earlier); the rest is to be encoded.
+
+        A request whose prompt shares at least `_MIN_REUSE` more tokens with one entering beside it
+        than it can reuse now (the attempts of one task, or a GRPO group, starting together) is
+        held back a step (`_waiting`): then that one's prompt has keys/values and it starts from
+        them instead of encoding the same tokens again. Only where rows can join a running batch."""
         import torch
 
         requests = [request for _, request in items]
         splits = [min(r.prefix_len, len(r.prompt_ids) - 1) if self.shares_prefixes else 0 for r in requests]
-        rows = [_Row(handle, request, torch.Generator().manual_seed(request.seed), request.prompt_ids[:n], [])
-                for (handle, request), n in zip(items, splits, strict=True)]
-        earlier = [self._recall(r.prompt_ids, n) for r, n in zip(requests, splits, strict=True)]
+        earlier = [self._recall(r.prompt_ids, n, batch) for r, n in zip(requests, splits, strict=True)]
         reused = [0 if found is None else found[0][0].shape[1] for found in earlier]
-        rests = [r.prompt_ids[n + c:] for r, n, c in zip(requests, splits, reused, strict=True)]
-        return _Entering(rows, splits, earlier, reused, rests)
+        joinable = self.shares_prefixes and (batch is None or self._joinable(batch))
+        held = self._repeats(requests, splits, reused) if joinable else set()
+        self._waiting.extend(item for index, item in enumerate(items) if index in held)
+        now = [index for index in range(len(items)) if index not in held]
+        rows = [_Row(items[i][0], requests[i], torch.Generator().manual_seed(requests[i].seed),
+                     requests[i].prompt_ids[:splits[i]], []) for i in now]
+        rests = [requests[i].prompt_ids[splits[i] + reused[i]:] for i in now]
+        return _Entering(rows, [splits[i] for i in now], [earlier[i] for i in now], [reused[i] for i in now], rests)
+
+    @staticmethod
+    def _repeats(requests: Sequence[GenerationRequest], splits: Sequence[int], reused: Sequence[int]) -> set[int]:
+        """The requests to hold back: each shares at least `_MIN_REUSE` more prompt tokens past its
+        prefix with an earlier one that is not held back than it reuses now."""
+        held: set[int] = set()
+        for index, request in enumerate(requests):
+            prompt = request.prompt_ids
+            for leader in range(index):
+                if leader in held or splits[leader] != splits[index]:
+                    continue
+                shared = min(_common_length(requests[leader].prompt_ids, prompt), len(prompt) - 1) - splits[index]
+                if shared - reused[index] >= _MIN_REUSE:
+                    held.add(index)
+                    break
+        return held
 
     def _admit(self, batch: _Batch | None, items: Sequence[tuple[Any, GenerationRequest]],
                entering: _Entering | None = None) -> _Batch:
@@ -596,7 +635,7 @@ class Decoder:
         import torch
         from transformers import DynamicCache
 
-        entering = entering or self._entering(items)
+        entering = entering or self._entering(items, batch)
         rows, splits, earlier, reused, rests = (entering.rows, entering.splits, entering.earlier, entering.reused,
                                                 entering.rests)
         room = max(row.request.max_new_tokens for row in rows)
@@ -651,15 +690,32 @@ class Decoder:
         while held > _CONVERSATION_BYTES and len(self._conversations) > 1:
             held -= size(self._conversations.popitem(last=False)[1])
 
-    def _recall(self, prompt: tuple[int, ...], split: int) -> tuple[list[Any], list[Any]] | None:
-        """Keys and values of the longest kept turn this prompt continues past its prefix, cut to
-        the shared length and leaving at least the prompt's last token to encode (None: none)."""
+    def _recall(self, prompt: tuple[int, ...], split: int,
+                batch: _Batch | None = None) -> tuple[list[Any], list[Any]] | None:
+        """Keys and values of the longest run of `prompt` past its prefix that a kept turn or a row
+        of the running `batch` holds, cut to the shared length and leaving at least the prompt's
+        last token to encode (None: less than `_MIN_REUSE` tokens anywhere). A running row's are
+        copied out of the batch's cache, which moves on."""
         best, best_length = None, 0
         for tokens, (prefix_len, _, _) in self._conversations.items():
             if prefix_len == split:
                 length = min(_common_length(tokens, prompt), len(prompt) - 1) - split
                 if length >= _MIN_REUSE and length > best_length:
                     best, best_length = tokens, length
+        running = None
+        if batch is not None and self._joinable(batch):
+            for index, row in enumerate(batch.rows):
+                if len(row.prefix) == split:
+                    tokens = row.request.prompt_ids + tuple(row.tokens[:-1])  # the last token is not fed yet
+                    length = min(_common_length(tokens, prompt), len(prompt) - 1) - split
+                    if length >= _MIN_REUSE and length > best_length:
+                        own = batch.mask[index].nonzero().squeeze(1)  # the row's real positions, in order
+                        if len(own) == len(tokens) - split:
+                            running, best_length = own[:length], length
+                            source = index
+        if running is not None:
+            return ([layer.keys[source].index_select(1, running) for layer in batch.cache.layers],
+                    [layer.values[source].index_select(1, running) for layer in batch.cache.layers])
         if best is None:
             return None
         self._conversations.move_to_end(best)

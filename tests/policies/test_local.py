@@ -691,6 +691,57 @@ def test_joining_rows_and_next_turns_decode_as_they_would_alone(loaded, decoder,
     assert decoder._layout[1][0] is layout and mix.keys[0] is layout and len(mix.segments) == 2
 
 
+@pytest.mark.slow
+def test_repeated_openings_are_encoded_once_together_or_staggered(loaded):
+    """The attempts of one task (or a GRPO group) open with the same prompt. Starting together,
+    all but one are held back a step and then start from the first one's keys/values; one that
+    starts while another is decoding starts from that running row's; either way each decodes as
+    it would alone, and only the prompt's last token is encoded again."""
+    policy = greedy_policy(loaded, Decoder(loaded.model, loaded.tokenizer), max_new_tokens=16)
+    messages = conversation(REQUESTS[0])
+    ids = policy.prompt_ids(messages, TOOLS)
+    opening = GenerationRequest(ids, 16, 0, policy.prefix_length(messages, TOOLS, ids))
+    own = len(opening.prompt_ids) - opening.prefix_len  # the part after the cached prefix
+    alone = Decoder(loaded.model, loaded.tokenizer).generate_batch([opening])[0].token_ids
+    other = request_for(policy, REQUESTS[1])
+
+    together = Decoder(loaded.model, loaded.tokenizer)
+    results = together.generate_batch([opening, other, opening, opening])
+    assert [results[i].token_ids for i in (0, 2, 3)] == [alone] * 3
+    assert results[1].token_ids == Decoder(loaded.model, loaded.tokenizer).generate_batch([other])[0].token_ids
+    assert together.reused_tokens == 2 * (own - 1)  # the two repeats: all but their last token
+
+    staggered = Decoder(loaded.model, loaded.tokenizer)
+    found: dict[int, Generation] = {}
+    asked: list[int] = []
+
+    def more(rows):
+        asked.append(rows)
+        return [(1, opening)] if len(asked) == 3 else []  # joins two steps in, while row 0 decodes
+
+    staggered.decode([(0, opening)], found.__setitem__, more)
+    assert asked[2] == 1 and [found[0].token_ids, found[1].token_ids] == [alone, alone]
+    assert staggered.reused_tokens == own - 1
+
+    stopped: dict[int, Generation] = {}  # the scheduler closing after the first step
+    Decoder(loaded.model, loaded.tokenizer).decode([(0, opening), (1, opening)], stopped.__setitem__,
+                                                   should_stop=lambda: True)
+    assert len(stopped[0].token_ids) == 1 and stopped[1].token_ids == ()  # held back, delivered with nothing
+
+
+def test_held_back_requests_come_first_and_count_as_rows_decoding():
+    decoder = Decoder.__new__(Decoder)  # no model: only the bookkeeping
+    held, handed = ("h", GenerationRequest((1, 2, 3), 4, 0)), ("m", GenerationRequest((4,), 4, 0))
+    decoder._waiting = [held]
+    assert decoder._joining(lambda rows: [handed] if rows == 3 else [], 2) == [held, handed]  # 2 decoding + 1 held
+    assert decoder._waiting == []
+
+
+def request_for(policy: LocalPolicy, text: str) -> GenerationRequest:
+    ids = policy.prompt_ids(conversation(text), TOOLS)
+    return GenerationRequest(ids, 16, 0, policy.prefix_length(conversation(text), TOOLS, ids))
+
+
 class WidthRecorder(Decoder):
     """A decoder that notes its running batch's width (own-cache columns) after every step."""
 
