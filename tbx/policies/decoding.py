@@ -545,10 +545,18 @@ class Decoder:
 
         A forward reads every weight however few its tokens: a joining turn's prompt (~45 tokens on
         average in the benchmark) encoded on its own cost a whole forward (~75 ms for one token,
-        ~220 ms for 19); inside a 16-row step, its tokens ride on the step's weight products."""
+        ~220 ms for 19); inside a 16-row step, its tokens ride on the step's weight products.
+
+        Joining rows with one token to encode (a repeated opening, a next turn that continues its
+        previous one to its last token) go first and attend together with the decoding rows, one
+        query each like theirs; apart, each cost an attention call of its own in every layer."""
         import torch
 
+        order = sorted(range(len(entering.rests)), key=lambda j: len(entering.rests[j]) != 1)  # stable
+        entering = _Entering(*([part[j] for j in order] for part in (entering.rows, entering.splits, entering.earlier,
+                                                                       entering.reused, entering.rests)))
         rows, rests, reused = len(batch.rows), entering.rests, entering.reused
+        single = sum(1 for rest in rests if len(rest) == 1)  # they attend with the decoding rows
         lengths = [count + len(rest) for count, rest in zip(reused, rests, strict=True)]
         pad = max(0, max(lengths) - batch.mask.shape[1] - 1)  # a joining row longer than the window
         width = batch.mask.shape[1] + 1 + pad
@@ -564,13 +572,13 @@ class Decoder:
         mask[:rows, -1] = 1
         columns = torch.arange(width)
         joins = []
-        for row, rest in enumerate(rests, start=rows):  # causal within the row's own columns
+        for row, rest in enumerate(rests[single:], start=rows + single):  # causal within the row's own columns
             queries = width - len(rest) + torch.arange(len(rest))
             seen = mask[row].bool()[None, :] & (columns[None, :] <= queries[:, None])
             own_columns = lengths[row - rows]  # its attention reads these only, not the batch's width
             joins.append((len(rest), seen[None, None, :, width - own_columns:], _rows_prefix(prefixes, [row])))
-        packed = shared_prefix.Packed(rows, mask[:rows].bool()[:, None, None, :],
-                                      _rows_prefix(prefixes, range(rows)), joins)
+        packed = shared_prefix.Packed(rows + single, mask[:rows + single].bool()[:, None, None, :],
+                                      _rows_prefix(prefixes, range(rows + single)), joins)
         ids = torch.cat([step[:, 0], *(torch.tensor(rest, dtype=torch.long) for rest in rests)])[None, :]
         starts = [split + count for split, count in zip(entering.splits, reused, strict=True)]
         positions = torch.cat([batch.positions[:, 0], *(start + torch.arange(len(rest))

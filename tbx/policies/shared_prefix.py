@@ -84,7 +84,7 @@ class Packed:
     right-aligned: a decoding row's query sits in the last column, a joining row's `n` queries in
     the last `n` columns."""
 
-    rows: int  # decoding rows: the sequence's first `rows` tokens, one each
+    rows: int  # rows with one query (decoding rows, then joining rows with one token): the first `rows` tokens
     mask: Any  # theirs [rows, 1, 1, width], boolean
     prefix: SharedPrefix | None  # the prefixes they read
     # Per joining row: its tokens n, mask [1, 1, n, c] over the window's last c columns (c <= width:

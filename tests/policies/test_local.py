@@ -717,10 +717,11 @@ def test_repeated_openings_are_encoded_once_together_or_staggered(loaded):
 
     def more(rows):
         asked.append(rows)
-        return [(1, opening)] if len(asked) == 3 else []  # joins two steps in, while row 0 decodes
+        return [(2, other), (1, opening)] if len(asked) == 3 else []  # two steps in, while row 0 decodes
 
-    staggered.decode([(0, opening)], found.__setitem__, more)
+    staggered.decode([(0, opening)], found.__setitem__, more)  # the repeat: one token, beside a whole prompt
     assert asked[2] == 1 and [found[0].token_ids, found[1].token_ids] == [alone, alone]
+    assert found[2].token_ids == results[1].token_ids
     assert staggered.reused_tokens == own - 1
 
     stopped: dict[int, Generation] = {}  # the scheduler closing after the first step
