@@ -272,9 +272,8 @@ def _domain_policy(domain: str) -> str:
 
 def _tool_schemas(domain: str, allowed: tuple[str, ...]) -> str:
     """The tool schemas an agent of `domain` is listed over MCP, as JSON text (no database needed)."""
-    import asyncio
-
     from tbx.domains import get_domain
+    from tbx.preemption import run_loop
     from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 
     specs = [spec for spec in get_domain(domain).tools if not allowed or spec.name in allowed]
@@ -284,4 +283,4 @@ def _tool_schemas(domain: str, allowed: tuple[str, ...]) -> str:
         async with open_tool_session(build_server(domain, specs, None, infra), infra) as session:  # type: ignore[arg-type]
             return json.dumps([schema.to_openai() for schema in session.schemas])
 
-    return asyncio.run(listed())
+    return run_loop(listed())  # inside a job, a preemption waits for this loop to unwind

@@ -127,3 +127,22 @@ def test_a_stage_that_finishes_returns_its_result_and_outside_a_job_nothing_chan
         assert signal.getsignal(SIGNAL) is signal.SIG_DFL  # launch.py's own process: untouched
     finally:
         signal.signal(SIGNAL, before)
+
+
+def test_every_event_loop_in_tbx_starts_through_run_loop():
+    """A loop started by `asyncio.run` directly would take the signal mid-task-group again (the hang
+    this module fixes); every call site in the package goes through `run_loop`."""
+    import ast
+    from pathlib import Path
+
+    import tbx
+
+    direct = []
+    for path in sorted(Path(tbx.__file__).parent.rglob("*.py")):
+        if path.name == "preemption.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "asyncio"):
+                direct.append(f"{path.name}:{node.lineno}")
+    assert not direct, f"asyncio.run outside tbx/preemption.py (use run_loop): {direct}"

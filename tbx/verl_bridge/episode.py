@@ -20,7 +20,6 @@ is the same verdict that probing and evaluation use. What this module adds:
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from tbx.errors import ConfigError, InfraError
 from tbx.grading.judge import Judge
 from tbx.messages import Message, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.preemption import run_loop
 from tbx.tasks.model import Task, UserScenario
 from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 from tbx.users.base import UserSession, UserSimulator, UserTurn
@@ -214,7 +214,7 @@ def check_pool_prompts(cfg: Config, task_ids: Sequence[str], tokenizer: object, 
     try:
         renderer = PromptRenderer(tokenizer, prompt_style, cfg.model.few_shot, cfg.model.tool_format,  # type: ignore[arg-type]
                                   cfg.model.chat_template_kwargs)
-        lengths = asyncio.run(first_prompt_lengths(world, task_ids, renderer))
+        lengths = run_loop(first_prompt_lengths(world, task_ids, renderer))
     finally:
         world.backend.close()
     longest = max(lengths, key=lengths.__getitem__, default=None)
