@@ -268,6 +268,12 @@ def _unused_columns(mask: Any) -> int:
     return int(mask.argmax(dim=1).min())  # each row's first real column (every row has one)
 
 
+def _reusable(tokens: Sequence[int], prompt: Sequence[int], split: int) -> int:
+    """How many of `prompt`'s tokens past its prefix (its first `split`) `tokens` also begins
+    with, leaving at least the prompt's last token to encode."""
+    return min(_common_length(tokens, prompt), len(prompt) - 1) - split
+
+
 def _common_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens `a` and `b` share (slice comparisons, halving: fast in C)."""
     low, high = 0, min(len(a), len(b))
@@ -631,7 +637,7 @@ class Decoder:
             for leader in range(index):
                 if leader in held or splits[leader] != splits[index]:
                     continue
-                shared = min(_common_length(requests[leader].prompt_ids, prompt), len(prompt) - 1) - splits[index]
+                shared = _reusable(requests[leader].prompt_ids, prompt, splits[index])
                 if shared - reused[index] >= _MIN_REUSE:
                     held.add(index)
                     break
@@ -707,7 +713,7 @@ class Decoder:
         best, best_length = None, 0
         for tokens, (prefix_len, _, _) in self._conversations.items():
             if prefix_len == split:
-                length = min(_common_length(tokens, prompt), len(prompt) - 1) - split
+                length = _reusable(tokens, prompt, split)
                 if length >= _MIN_REUSE and length > best_length:
                     best, best_length = tokens, length
         running = None
@@ -715,7 +721,7 @@ class Decoder:
             for index, row in enumerate(batch.rows):
                 if len(row.prefix) == split:
                     tokens = row.request.prompt_ids + tuple(row.tokens[:-1])  # the last token is not fed yet
-                    length = min(_common_length(tokens, prompt), len(prompt) - 1) - split
+                    length = _reusable(tokens, prompt, split)
                     if length >= _MIN_REUSE and length > best_length:
                         own = batch.mask[index].nonzero().squeeze(1)  # the row's real positions, in order
                         if len(own) == len(tokens) - split:
