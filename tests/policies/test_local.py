@@ -594,10 +594,7 @@ def test_planned_products_decode_as_linear_does(loaded, decoder, way):
     if way == products.PACKED and not products.can_pack():
         pytest.skip("this torch has no oneDNN packed linear")
     policy = greedy_policy(loaded, decoder, max_new_tokens=12)
-    requests = []
-    for text in REQUESTS[:3]:
-        ids = policy.prompt_ids(conversation(text), TOOLS)
-        requests.append(GenerationRequest(ids, 12, 0, policy.prefix_length(conversation(text), TOOLS, ids)))
+    requests = [request_for(policy, text, 12) for text in REQUESTS[:3]]
     forced = Decoder(loaded.model, loaded.tokenizer)
     if way == products.FIRST:
         plan = {rows: (way, 4 if rows <= 4 else 16 if rows <= 16 else 32) for rows in range(2, 33)}
@@ -698,9 +695,7 @@ def test_repeated_openings_are_encoded_once_together_or_staggered(loaded):
     starts while another is decoding starts from that running row's; either way each decodes as
     it would alone, and only the prompt's last token is encoded again."""
     policy = greedy_policy(loaded, Decoder(loaded.model, loaded.tokenizer), max_new_tokens=16)
-    messages = conversation(REQUESTS[0])
-    ids = policy.prompt_ids(messages, TOOLS)
-    opening = GenerationRequest(ids, 16, 0, policy.prefix_length(messages, TOOLS, ids))
+    opening = request_for(policy, REQUESTS[0])
     own = len(opening.prompt_ids) - opening.prefix_len  # the part after the cached prefix
     alone = Decoder(loaded.model, loaded.tokenizer).generate_batch([opening])[0].token_ids
     other = request_for(policy, REQUESTS[1])
@@ -738,9 +733,10 @@ def test_held_back_requests_come_first_and_count_as_rows_decoding():
     assert decoder._waiting == []
 
 
-def request_for(policy: LocalPolicy, text: str) -> GenerationRequest:
+def request_for(policy: LocalPolicy, text: str, max_new_tokens: int = 16) -> GenerationRequest:
+    """Greedy, seed 0: `text` as the user's message, with the tools and the few-shot prefix."""
     ids = policy.prompt_ids(conversation(text), TOOLS)
-    return GenerationRequest(ids, 16, 0, policy.prefix_length(conversation(text), TOOLS, ids))
+    return GenerationRequest(ids, max_new_tokens, 0, policy.prefix_length(conversation(text), TOOLS, ids))
 
 
 class WidthRecorder(Decoder):
