@@ -215,9 +215,26 @@ class Interval:
     high: float
 
 
+def jeffreys_interval(successes: float, trials: float, level: float = 0.95) -> tuple[float, float]:
+    """The Jeffreys interval: central quantiles of Beta(x + 1/2, n - x + 1/2), with the lower end 0 at
+    x = 0 and the upper end 1 at x = n (Brown, Cai & DasGupta 2001). x may be fractional (pass@k sums
+    per-task estimates). For 0 of 10: [0, 0.217]; never [0, 0] as a bootstrap of all-0 outcomes is."""
+    from scipy.stats import beta
+
+    if trials <= 0:
+        return 0.0, 1.0
+    tail = (1 - level) / 2
+    low = 0.0 if successes <= 0 else float(beta.ppf(tail, successes + 0.5, trials - successes + 0.5))
+    high = 1.0 if successes >= trials else float(beta.ppf(1 - tail, successes + 0.5, trials - successes + 0.5))
+    return low, high
+
+
 @dataclass(frozen=True)
 class BootstrapCI:
-    """Percentile intervals from resampling tasks with replacement (attempts stay with their task)."""
+    """Intervals for pass@1, pass@k and observed k/k: the hull of a percentile bootstrap over tasks
+    (resampled with replacement, attempts staying with their task, so correlated attempts widen it)
+    and the Jeffreys interval on the pooled counts (attempts for pass@1, tasks for the others), so a
+    result of all 0 or all 1, where every resample agrees, still says how little n attempts show."""
 
     pass_at_1: Interval
     pass_at_k: Interval
@@ -243,9 +260,14 @@ def bootstrap_ci(outcomes: Mapping[str, Sequence[bool]], rng: np.random.Generato
     }
     estimates = {"pass_at_1": a["c"].sum() / a["n"].sum(), "pass_at_k": a["pass_at_k"].mean(),
                  "observed_all": a["all"].mean()}
+    counts = {"pass_at_1": (a["c"].sum(), a["n"].sum()), "pass_at_k": (a["pass_at_k"].sum(), len(a["n"])),
+              "observed_all": (a["all"].sum(), len(a["n"]))}
     tail = (1 - level) / 2
-    intervals = {name: Interval(float(estimates[name]), *(float(q) for q in np.quantile(d, [tail, 1 - tail])))
-                 for name, d in draws.items()}
+    intervals = {}
+    for name, d in draws.items():
+        low, high = (float(q) for q in np.quantile(d, [tail, 1 - tail]))
+        jeffreys = jeffreys_interval(float(counts[name][0]), float(counts[name][1]), level)
+        intervals[name] = Interval(float(estimates[name]), min(low, jeffreys[0]), max(high, jeffreys[1]))
     return BootstrapCI(k=k, resamples=resamples, level=level, **intervals)
 
 

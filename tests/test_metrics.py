@@ -10,6 +10,7 @@ from tbx.metrics import (
     bootstrap_ci,
     check_inventory,
     flip_stats,
+    jeffreys_interval,
     outcomes_from_records,
     pass_at_k,
     pass_curves,
@@ -192,9 +193,15 @@ def test_bootstrap_matches_summary_and_is_reproducible() -> None:
 
 
 def test_bootstrap_hand_worked_extremes() -> None:
-    # identical tasks: every resample is the same -> zero-width interval at the estimate
+    # identical tasks: every resample is the same (a zero-width bootstrap), so the Jeffreys interval on
+    # 2 successes of 4 attempts gives the width: Beta(2.5, 2.5) quantiles 0.1228 and 0.8772
     same = bootstrap_ci({"a": [T, F], "b": [T, F]}, np.random.default_rng(0), resamples=200)
-    assert (same.pass_at_1.low, same.pass_at_1.high) == (0.5, 0.5)
+    assert (same.pass_at_1.low, same.pass_at_1.high) == pytest.approx((0.1228, 0.8772), abs=1e-4)
+    # all failures, 10 tasks x 1 attempt: never [0, 0]; Jeffreys upper end Beta(0.5, 10.5)'s 97.5% = 0.2172
+    none = bootstrap_ci({str(i): [F] for i in range(10)}, np.random.default_rng(0), resamples=200)
+    for interval in (none.pass_at_1, none.pass_at_k, none.observed_all):
+        assert (interval.estimate, interval.low) == (0.0, 0.0) and interval.high == pytest.approx(0.2172, abs=1e-4)
+    assert jeffreys_interval(10, 10)[1] == 1.0 and jeffreys_interval(0, 0) == (0.0, 1.0)
     # one solved and one unsolved task: a resample's observed-all is 0, 1/2 or 1 with chance
     # 1/4, 1/2, 1/4, so the 95% interval spans [0, 1]
     split = bootstrap_ci({"a": [T], "b": [F]}, np.random.default_rng(0), resamples=2000)

@@ -48,8 +48,9 @@ def _check_runs(runs: Sequence[RunData]) -> None:
 def _uncertainty_markdown(stats: Sequence[RunStats]) -> str:
     s0 = stats[0].ci
     k = s0.k
-    lines = [f"**Uncertainty.** {int(100 * s0.level)}% percentile bootstrap intervals over tasks "
-             f"({s0.resamples:,} resamples; a task's attempts stay together), with the flip rate: the share "
+    lines = [f"**Uncertainty.** {int(100 * s0.level)}% intervals: the wider of a percentile bootstrap over "
+             f"tasks ({s0.resamples:,} resamples; a task's attempts stay together) and the Jeffreys interval on "
+             "the counts (so all-0 or all-1 results keep their width), with the flip rate: the share "
              "of tasks with both a success and a failure, and the mean share of a task's attempts that "
              "differ from its majority verdict.", "",
              f"| run | pass@1 (%) | pass@{k} (%) | observed {k}/{k} (%) | flip rate (%) | minority share (%) |",
