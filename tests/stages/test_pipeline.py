@@ -1,13 +1,18 @@
 """stage=pipeline composes the ordinary stages; here each stage is a recorder (the stages
 themselves are tested on their own), so what the pipeline hands each one can be read."""
 
+import dataclasses
+
+import pytest
+
 import tbx.stages.eval
 import tbx.stages.probe
 import tbx.stages.report
 import tbx.stages.select
 import tbx.stages.train
+from tbx.errors import ConfigError
 from tbx.runs import run_name
-from tbx.stages.pipeline import run_pipeline
+from tbx.stages.pipeline import evaluation_sets, run_pipeline
 from tests.launch import compose_cfg
 
 
@@ -27,9 +32,24 @@ def test_the_trained_model_is_evaluated_under_its_own_name(tmp_path, monkeypatch
     monkeypatch.setattr(tbx.stages.report, "run_report", record(lambda cfg: {"markdown": "report.md"}))
     cfg = compose_cfg("experiment=embedded_pipeline", f"out_root={tmp_path}")
     steps = run_pipeline(cfg)
-    before, after = (c for c in seen if c.stage.name == "eval")
+    evals = [c for c in seen if c.stage.name == "eval"]
+    before, heldout_before, after, heldout_after = evals
     assert after.model.path == "m" and after.model.name == after.policy.name == f"{cfg.model.name}-grpo"
-    assert before.policy.name == cfg.model.name
-    assert steps["eval"][1].startswith(f"eval-{cfg.pipeline.eval_tasks.name}-{cfg.model.name}-grpo-")
-    report = next(c for c in seen if c.stage.name == "report")
-    assert list(report.report.names) == [cfg.model.name, f"{cfg.model.name}-grpo"]
+    assert before.policy.name == cfg.model.name and heldout_after.model.path == "m"
+    assert steps["eval"]["benchmark"][1].startswith(f"eval-{cfg.pipeline.eval_tasks.name}-{cfg.model.name}-grpo-")
+    # held-out: the training families generated with another seed, never the pool's
+    for run in (heldout_before, heldout_after):
+        assert run.tasks.seed == cfg.pipeline.heldout_seed != cfg.tasks.seed
+        assert (run.tasks.domains, run.tasks.families) == (cfg.tasks.domains, cfg.tasks.families)
+        assert run.eval.attempts == cfg.pipeline.heldout_attempts and run.tasks.pool is None
+    reports = [c for c in seen if c.stage.name == "report"]
+    assert [list(r.runs) for r in reports] == [steps["eval"]["benchmark"], steps["eval"]["held-out"]]
+    assert all(list(r.report.names) == [cfg.model.name, f"{cfg.model.name}-grpo"] for r in reports)
+
+
+def test_the_held_out_seed_must_differ_from_the_training_seed(tmp_path):
+    cfg = compose_cfg("experiment=embedded_pipeline", f"out_root={tmp_path}", "pipeline.heldout_seed=0")
+    with pytest.raises(ConfigError, match="pipeline.heldout_seed"):
+        run_pipeline(cfg)
+    assert [label for label, _, _ in evaluation_sets(dataclasses.replace(
+        cfg, pipeline=dataclasses.replace(cfg.pipeline, heldout_seed=None)))] == ["benchmark"]
