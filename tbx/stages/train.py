@@ -2,11 +2,13 @@
 
     python launch.py stage=train train.pool=outputs/select-…/pool.json grpo=cpu_small
 
-The native trainer (`grpo.trainer=native`) runs here: the local model plays groups of episodes
-drawn from the pool manifest (the sampler replaces zero-variance groups and re-runs error
-episodes), the verdicts become rewards, and one token-mean GRPO update follows each step.
+The native trainer (`grpo.trainer=native`) runs here: vLLM plays groups of episodes drawn from
+the pool manifest (the sampler replaces zero-variance groups and re-runs error episodes), the
+verdicts become rewards, one token-mean GRPO update of a transformers copy follows each step, and
+its weights reach the running vLLM before the next step's rollouts (tbx/policies/trainable.py).
 Checkpoints (weights, optimizer, sampler position, random generators) let a killed run resume
-where it stopped; the trained model is saved as a Hugging Face folder for `stage=eval`. On
+where it stopped, the server's weights included; the trained model is saved as a Hugging Face
+folder for `stage=eval`. On
 clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/verl_bridge).
 """
 
@@ -33,7 +35,7 @@ from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, grpo_update
 from tbx.rl.sampler import GroupSampler
-from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.runs import record_engine, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.stages.components import build_backend, build_judge, build_user, episode_cost
 from tbx.stages.eval import episode_seed, prepare_all
@@ -65,8 +67,9 @@ def validate_train(cfg: Config, manifest: dict[str, Any]) -> None:
         raise ConfigError("conf/grpo", "grpo.group_size", f"is {g.group_size}", "GRPO needs groups of at least 2")
     if g.groups_per_step < 1 or g.steps < 1 or g.micro_batch_size < 1:
         raise ConfigError("conf/grpo", "grpo.groups_per_step/steps/micro_batch_size", "must be >= 1", "fix them")
-    if cfg.model.kind != "local":
-        raise ConfigError("conf/model", "model.kind", "the native trainer needs a local model", "use kind: local")
+    if cfg.model.kind != "vllm":
+        raise ConfigError("conf/model", "model.kind", f"is {cfg.model.kind}: the native trainer updates a model "
+                          "whose weights it can send to its rollout server", "use a model with kind: vllm")
 
 
 def pool_tasks(manifest: dict[str, Any]) -> list:
@@ -82,7 +85,9 @@ def pool_tasks(manifest: dict[str, Any]) -> list:
 
 
 def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[TurnSample]:  # noqa: ANN001
-    """One sample per assistant turn of every trained episode, with its group-centred advantage."""
+    """One sample per assistant turn of every trained episode, with its group-centred advantage.
+
+    Raises `StaleSamplesError` when a turn was sampled by other weights than the ones being trained."""
     import torch
 
     episodes = [(group.task_id, episode) for group in batch.groups for episode in group.episodes]
@@ -93,9 +98,9 @@ def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[Turn
     advantages = group_advantages(rewards, group_ids, norm_by_std=norm_by_std)
     samples = []
     for (_, episode), advantage in zip(episodes, advantages.tolist(), strict=True):
-        for prompt_ids, completion_ids in policy.take_trace(episode.seed):
-            if completion_ids:
-                samples.append(TurnSample(tuple(prompt_ids), tuple(completion_ids), advantage))
+        turns = [turn for turn in policy.take_trace(episode.seed) if turn.completion_ids]
+        policy.check_samples(turns)
+        samples += [TurnSample(turn.prompt_ids, turn.completion_ids, advantage, turn.logprobs) for turn in turns]
     return samples
 
 
@@ -135,7 +140,8 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
                 grpo_update, policy.model, ctx["optimizer"], samples, settings, pad_id=policy.pad_id,
                 micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
                 max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing))
-            policy.weights_changed()
+            bar.set_postfix_str("sending the weights to vLLM")
+            await asyncio.to_thread(policy.sync_weights, step + 1)
         bar.close()
         metrics = {"train/step": step + 1, "train/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
                    "train/groups": len(batch.groups), "train/samples": len(samples),
@@ -144,7 +150,8 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
         metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
         if update is not None:
             metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
-                        "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction}
+                        "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
+                        "train/logprob_gap": update.logprob_gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
         sink.log(metrics, step=step + 1)
         ctx["history"].append(metrics)
         print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
@@ -185,7 +192,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    policy = build_trainable(cfg)
+    policy = build_trainable(cfg, run_dir)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.grpo.lr,
                                   weight_decay=cfg.grpo.weight_decay)
     sampler = GroupSampler([t.id for t in tasks], cfg.grpo.group_size, cfg.grpo.groups_per_step,
@@ -198,8 +205,9 @@ def run_train(cfg: Config) -> dict[str, Any]:
         start, extra = load_checkpoint(latest, policy.model, optimizer)
         sampler.load_state_dict(extra["sampler"])
         scored, history = extra["scored"], extra["history"]
-        policy.weights_changed()
+        policy.sync_weights(start)  # the server answers with the checkpoint's weights, as it did then
         print(f"resuming {run_dir} from step {start}", file=sys.stderr)
+    record_engine(run_dir, policy.engine())
     store = open_store(cfg.store.url, run_dir, run_identity(cfg), "train")
     # episodes a killed process stored after its last checkpoint were not trained on; they are replayed
     store.discard_from(start * STEP_STRIDE)
@@ -215,8 +223,9 @@ def run_train(cfg: Config) -> dict[str, Any]:
         backend.close()
         store.close()
     final = policy.save_final(run_dir / "final_model")
+    record_engine(run_dir, policy.engine())
     summary = {"run_dir": str(run_dir), "pool_hash": manifest["hash"], "steps": cfg.grpo.steps, "history": history,
-               "final_model": str(final)}
+               "final_model": str(final), "weights": policy.weights_version}
     (run_dir / "train.json").write_text(json.dumps(summary, indent=2))
     print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
     return summary

@@ -1,6 +1,7 @@
-"""A stand-in for the `vllm` executable: `fake_vllm.py serve MODEL --port N --served-model-name NAME ...`.
+"""A stand-in for vLLM's server: `fake_vllm.py --model DIR --port N --served-model-name NAME ...`.
 
-vLLM needs a GPU, so tests of `tbx.vllm_server` run this instead. After a short start-up delay
+The real server (tests/vllm/) cannot be made to hang at start or to leave a worker that ignores
+SIGTERM; tests of those paths of `tbx.vllm_server` run this instead. After a short start-up delay
 (the port is closed meanwhile, as with a loading vLLM) it serves the same HTTP API from
 `tests/fakes/openai_server.py`, answering every chat request with a fixed text. Unknown flags
 are accepted and ignored. Behaviour the tests need is switched by environment variables:
@@ -29,8 +30,7 @@ from tests.fakes.openai_server import FakeOpenAIServer, text_reply  # noqa: E402
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="fake_vllm")
-    parser.add_argument("command", choices=["serve"])
-    parser.add_argument("model")
+    parser.add_argument("--model", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--served-model-name", default=None)

@@ -14,8 +14,9 @@ start-up (store creation, templates, model loading); a training run is also kill
 points inside checkpoint writes.
 
 Training uses a tiny random llama whose tokenizer has a few whole-action tokens (the mock tasks'
-right and wrong tool calls, "Done."), so the real local policy, parser, MCP tools and grader give
-mixed rewards and the steps make real GRPO updates.
+right and wrong tool calls, "Done."), served by a real vLLM that outlives the killed trainers (each
+start, and each resume, loads the trainer's weights into it), so the real vLLM policy, parser, MCP
+tools and grader give mixed rewards and the steps make real GRPO updates.
 
 Used by `tests/hardening/test_kill_resume.py` and `benchmarks/kill_resume.py`.
 """
@@ -35,6 +36,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 COIN = ("policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin")
@@ -312,7 +314,8 @@ def mock_actions() -> list[str]:
 
 
 def build_tiny_model(folder: Path) -> Path:
-    """A 2-layer random llama and a word-level tokenizer (every prompt word is [UNK]) saved as a HF folder."""
+    """A 2-layer random llama and a word-level tokenizer (every prompt word is [UNK]) saved as a HF folder.
+    Heads of 32 dimensions: the smallest vLLM's CPU attention takes."""
     import torch
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -324,8 +327,8 @@ def build_tiny_model(folder: Path) -> Path:
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]", bos_token="<|im_start|>",
                                         eos_token="<|im_end|>", pad_token="<|im_end|>")
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
     LlamaForCausalLM(config).save_pretrained(folder)
@@ -347,10 +350,12 @@ def write_mock_pool(path: Path) -> Path:
     return path
 
 
-def train_case(root: Path, kills: int, steps: int) -> Case:
-    model, pool = build_tiny_model(root / "tiny-llama"), write_mock_pool(root / "pool.json")
-    return Case("train", ("stage=train", f"train.pool={pool}", f"model.path={model}", "model.name=tiny",
-                          "model.threads=1", "model.max_new_tokens=2", "grpo=cpu_small", f"grpo.steps={steps}",
+def train_case(root: Path, kills: int, steps: int, server: Any) -> Case:
+    """Training the tiny llama of `server` (a running vLLM serving it as `tiny`: its rollouts)."""
+    pool = write_mock_pool(root / "pool.json")
+    return Case("train", ("stage=train", f"train.pool={pool}", f"model.path={server.spec.directory}", "model.name=tiny",
+                          f"model.endpoint.base_url={server.base_url}", "model.endpoint.model=tiny",
+                          "model.max_new_tokens=2", "grpo=cpu_small", f"grpo.steps={steps}",
                           "grpo.lr=1e-2", "grpo.max_replacements=2", "eval.max_turns=3"), kills)
 
 

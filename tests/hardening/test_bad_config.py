@@ -63,7 +63,7 @@ def test_free_form_extra_keys_are_not_mistakes():
 @pytest.mark.parametrize(("name", "text", "source", "field", "fix"), [
     ("experiment/mine.yaml", "# @package _global_\neval:\n  attemps: 3\n", "conf/experiment/mine.yaml",
      "eval.attemps", "did you mean eval.attempts?"),
-    ("model/mine.yaml", "name: mine\nkind: local\nmax_new_tokenz: 5\n", "conf/model/mine.yaml",
+    ("model/mine.yaml", "name: mine\nkind: vllm\nmax_new_tokenz: 5\n", "conf/model/mine.yaml",
      "model.max_new_tokenz", "did you mean model.max_new_tokens?"),
     ("tasks/mine.yaml", "name: mine\ndomains: [mock]\nlimit: some\n", "conf/tasks/mine.yaml", "tasks.limit", "int"),
 ])
@@ -84,7 +84,7 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
 
 
 @pytest.mark.parametrize(("overrides", "source", "field", "fix"), [
-    (["model.kind=remote"], "conf/model/smollm2_135m.yaml", "model.kind", "local, openai"),
+    (["model.kind=remote"], "conf/model/smollm2_135m.yaml", "model.kind", "vllm, openai"),
     (["model.tool_format=yaml"], "conf/model/smollm2_135m.yaml", "model.tool_format", "json, compact"),
     (["backend.kind=mysql"], "conf/backend", "backend.kind", "sqlite, postgres"),
     (["backend=postgres"], "conf/backend", "backend.url", "postgresql+psycopg://"),

@@ -67,8 +67,9 @@ def test_adaptive_probe_killed_at_random_points_stops_each_task_where_an_uninter
     assert clean["tasks"] == killed["tasks"] and clean["rounds"] == killed["rounds"]
 
 
-def test_training_killed_at_random_points_takes_the_identical_next_steps(context, tmp_path):
-    log = clean_and_killed(context, train_case(tmp_path, kills=6, steps=6), tmp_path, seed=3)
+@pytest.mark.vllm
+def test_training_killed_at_random_points_takes_the_identical_next_steps(context, tmp_path, tiny_vllm):
+    log = clean_and_killed(context, train_case(tmp_path, kills=6, steps=6, server=tiny_vllm), tmp_path, seed=3)
     check_attempts(tmp_path, "train")
     assert log.kills == 6 and log.checkpoint_kills == 2 and log.in_work >= 3, log
     figures = compare_checkpoints(checkpoint_states(tmp_path / "train-clean"),

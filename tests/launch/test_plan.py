@@ -128,14 +128,14 @@ def test_where_a_run_runs_is_not_part_of_its_identity():
     assert run_identity(here) == run_identity(there)  # same folder, same store rows, same W&B group
 
 
-def test_how_the_local_model_computes_is_not_part_of_a_runs_identity():
-    """Threads, batch size and packed weight products change float summation order only: a run
+def test_how_the_model_is_served_is_not_part_of_a_runs_identity():
+    """The server's interpreter, KV cache and batch width change float summation order only: a run
     resumed with other settings continues in the same folder."""
     from tbx.runs import run_identity
 
     here = compose_cfg("stage=eval", "tasks=mock", "policy=model")
-    there = compose_cfg("stage=eval", "tasks=mock", "policy=model", "model.pack_weights=false", "model.threads=1",
-                        "model.batch_size=4")
-    assert there.model.pack_weights is False and run_identity(here) == run_identity(there)
+    there = compose_cfg("stage=eval", "tasks=mock", "policy=model", "model.server.kv_cache_gib=4",
+                        "model.server.max_num_seqs=8", "model.server.enforce_eager=false")
+    assert there.model.server.max_num_seqs == 8 and run_identity(here) == run_identity(there)
     assert run_identity(here) != run_identity(compose_cfg("stage=eval", "tasks=mock", "policy=model",
                                                           "model.max_new_tokens=7"))

@@ -1,0 +1,95 @@
+"""The weight folders vLLM is given: what it serves, and what the trainer hands it after each step.
+
+Why this exists: vLLM 0.32 cannot reload the output layer of a model with tied input/output
+embeddings in place on CPU. Its CPU build prepacks every linear layer's weight for oneDNN, the
+tied `lm_head` included; `reload_weights` loads `embed_tokens` (the one tensor the checkpoint holds
+for both), finds no weight for `lm_head` ("ParallelLMHead: Failed to load weights" in its log) and
+puts the old packed copy back. Measured on SmolLM2-135M (tied) after one training step: served
+log-probs off the trained model's by up to 0.08, the greedy turn diverging after 7 tokens.
+
+So tbx serves tied models from a *serving copy* whose config says `tie_word_embeddings: false` and
+which holds `lm_head.weight` (equal to the embeddings) in a file of its own; the trainer writes that
+file beside each step's weights. The served model computes exactly what the tied one does, and both
+matrices reload. Untied models are served from their own folder, unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+HEAD_FILE = "lm_head.safetensors"
+INDEX = "model.safetensors.index.json"
+EMBEDDINGS = "model.embed_tokens.weight"
+
+
+def ties_embeddings(directory: Path) -> bool:
+    config = json.loads((directory / "config.json").read_text())
+    text = config.get("text_config") or {}
+    return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+
+
+def write_head(folder: Path, head: Any) -> None:
+    """`lm_head.weight` into its own safetensors file of `folder`, listed in the shard index if any,
+    and the config marked untied."""
+    from safetensors.torch import save_file
+
+    save_file({"lm_head.weight": head.detach().contiguous().clone()}, str(folder / HEAD_FILE))
+    index = folder / INDEX
+    if index.is_file():
+        data = json.loads(index.read_text())
+        data["weight_map"]["lm_head.weight"] = HEAD_FILE
+        index.write_text(json.dumps(data, indent=2))
+    config = json.loads((folder / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"]["tie_word_embeddings"] = False
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+
+
+def _embeddings(directory: Path) -> Any:
+    from safetensors import safe_open
+
+    index = directory / INDEX
+    name = json.loads(index.read_text())["weight_map"][EMBEDDINGS] if index.is_file() else "model.safetensors"
+    with safe_open(str(directory / name), "pt") as handle:
+        return handle.get_tensor(EMBEDDINGS)
+
+
+def serving_folder(directory: Path, cache: Path, version: str) -> Path:
+    """The folder vLLM serves for the model in `directory`: itself when its embeddings are untied,
+    else its serving copy under `cache` (made once per weights version; files hard-linked)."""
+    if not ties_embeddings(directory):
+        return directory
+    target = cache / version.replace("/", "_").replace("@", "-")
+    if (target / HEAD_FILE).is_file():
+        return target
+    staging = cache / f".{target.name}.{os.getpid()}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for source in directory.iterdir():
+        if source.is_file():
+            try:
+                os.link(source, staging / source.name)
+            except OSError:
+                shutil.copy2(source, staging / source.name)
+    (staging / "config.json").unlink()
+    shutil.copy2(directory / "config.json", staging / "config.json")  # a copy: write_head edits it
+    write_head(staging, _embeddings(directory))
+    try:
+        os.rename(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process made it first
+    return target
+
+
+def save_for_reload(model: Any, folder: Path) -> None:
+    """A trained module's weights as vLLM reloads them: its own save, plus the output layer as a
+    tensor of its own when the module ties it to the embeddings."""
+    model.save_pretrained(folder, safe_serialization=True)
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config, "tie_word_embeddings", False):
+        write_head(folder, model.get_output_embeddings().weight)
