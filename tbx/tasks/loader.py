@@ -66,7 +66,7 @@ def _refuse_file_reference(value: Any, source: str, field: str) -> None:
 def _user(data: Any, source: str) -> UserScenario:
     data = _expect(data, dict, source, "user", "give a mapping with persona, instructions, private_facts, opening_message")
     facts_raw = _expect(data.get("private_facts", {}) or {}, dict, source, "user.private_facts",
-                        "map each fact name to {value: ..., keywords: [...], kind: ... (optional)}")
+                        "map each fact name to {value: ..., keywords: [...]}")
     facts: dict[str, PrivateFact] = {}
     for name, fact in facts_raw.items():
         field = f"user.private_facts.{name}"
