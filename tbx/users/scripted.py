@@ -87,11 +87,11 @@ class ScriptedSession(UserSession):
         progress = bool(parts)
         if asked.ambiguous:
             parts.append(self._which(asked.ambiguous))
-        for sentence in (s for i, s in enumerate(sentences) if s.confirmation and i not in asked.sentences):
-            agreed, text = self._decide(sentence)
+        confirmation = next((s for i, s in enumerate(sentences) if s.confirmation and i not in asked.sentences), None)
+        if confirmation is not None:  # one not already answered by a fact (a choice)
+            agreed, text = self._decide(confirmation)
             progress = progress or agreed
             parts.append(text)
-            break
         if not parts:
             parts.append(self._fallback(sentences, asked.unplaced))
         self.idle = 0 if progress else self.idle + 1
@@ -103,7 +103,7 @@ class ScriptedSession(UserSession):
         profile, value = self.reader.profiles[name], self.scenario.private_facts[name].value
         if "choice" in profile.kinds:
             return str(value)
-        verb = "are" if name.endswith("s") and not name.endswith("ss") else "is"
+        verb = "are" if profile.label.endswith("s") and not profile.label.endswith("ss") else "is"
         text = f"{'' if profile.label.startswith('the ') else 'my '}{profile.label} {verb} {value}."
         return text[:1].upper() + text[1:]
 
