@@ -19,7 +19,9 @@ SWEEPS = sorted(f.stem for f in (ROOT / "sweeps").glob("*.yaml"))
 # values a user must give for some options (`???` in their file)
 REQUIRED = {("backend", "postgres"): ["backend.url=postgresql+psycopg://postgres@127.0.0.1:5432/postgres"],
             ("model", "openai_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
-                                           "model.endpoint.model=some-model"]}
+                                           "model.endpoint.model=some-model"],
+            ("experiment", "eval_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
+                                              "model.endpoint.model=some-model"]}
 
 
 def show(dict_cfg, capsys) -> str:
@@ -74,6 +76,19 @@ def test_every_point_of_the_sweep_composes_and_shows_its_plan(name, tmp_path, ca
 def test_sweep_sizes():
     assert {name: len(sweep_points(name)[0]) for name in SWEEPS} == {
         "band_edges": 6, "lr_x_pool": 6, "probe_stopping": 6, "reference_policies": 2}
+
+
+def test_a_real_model_is_evaluated_with_the_llm_user_and_the_embedded_path_keeps_the_scripted_one(tmp_path):
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        real = compose("config", overrides=["experiment=eval_endpoint", f"out_root={tmp_path}",
+                                            *REQUIRED[("experiment", "eval_endpoint")]])
+        embedded = compose("config", overrides=["experiment=embedded_pipeline", f"out_root={tmp_path}"])
+    cfg = OmegaConf.to_object(real)
+    assert (cfg.user._target_, cfg.model.kind, cfg.stage.name, cfg.tasks.name) == (
+        "tbx.users.llm.LLMUser", "openai", "eval", "bench")
+    assert (cfg.user.endpoint.base_url, cfg.user.endpoint.model) == ("http://127.0.0.1:8000/v1", "some-model")
+    assert OmegaConf.to_object(embedded).user._target_ == "tbx.users.scripted.ScriptedUser"
+    assert Config().user._target_ == "tbx.users.scripted.ScriptedUser"
 
 
 def test_without_a_stage_launch_runs_the_main_job(tmp_path, capsys):

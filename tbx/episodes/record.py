@@ -39,6 +39,7 @@ class EpisodeResult:
     hashes: dict[str, str]  # task, tools, grader, initial state
     timings: dict[str, float]  # seconds: clone, loop, grade, total
     ended_by: str = ""  # user_stop | turn_limit | error
+    # policy and user names; user_end (why a user_stop: completed | cannot_help | patience | user); faults
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -47,6 +47,7 @@ class _Transcript:
         self.messages: list[Message] = [Message("system", system), Message("user", opening)]
         self.usage = {"agent": Usage(), "user": Usage(), "judge": Usage()}
         self.counts = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "malformed_calls": 0}
+        self.user_end = ""  # why the user ended it: completed | cannot_help | patience | user
 
 
 async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
@@ -83,6 +84,7 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript, 
         log.usage["user"] += reply.usage
         log.messages.append(Message("user", reply.text))
         if reply.done:
+            log.user_end = reply.reason or "user"
             return "user_stop"
     return "turn_limit"
 
@@ -171,5 +173,5 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
                 "initial_state": runtime.initial_hash},
         timings=timings, ended_by=ended_by,
         extra={"policy": getattr(policy, "name", ""), "user": getattr(user_sim, "name", "")}
-        | ({"faults": chaos.events} if chaos.events else {}),
+        | ({"user_end": log.user_end} if log.user_end else {}) | ({"faults": chaos.events} if chaos.events else {}),
     )

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from tbx.errors import TaskFormatError
+from tbx.tasks.model import FACT_KINDS as KINDS
 from tbx.tasks.model import Checks, ExpectedChange, JudgeRule, PrivateFact, Step, Task, UserScenario
 
 REQUIRED = ("id", "domain", "split", "user", "reference")
@@ -77,7 +78,10 @@ def _user(data: Any, source: str) -> UserScenario:
         keywords = _expect(keywords, list, source, f"{field}.keywords", "give a list of phrases that ask for it")
         if not all(isinstance(k, str) and k.strip() for k in keywords):
             raise _fail(source, f"{field}.keywords", "has an empty or non-string entry", "use non-empty strings")
-        facts[str(name)] = PrivateFact(value=fact["value"], keywords=tuple(k.lower() for k in keywords))
+        kind = fact.get("kind")
+        if kind is not None and kind not in KINDS:
+            raise _fail(source, f"{field}.kind", f"is {kind!r}", f"use one of {', '.join(KINDS)}, or leave it out")
+        facts[str(name)] = PrivateFact(value=fact["value"], keywords=tuple(k.lower() for k in keywords), kind=kind)
     return UserScenario(
         persona=_text(data, "persona", source, "user."),
         instructions=_text(data, "instructions", source, "user."),

@@ -13,14 +13,19 @@ from typing import Any, Literal
 
 Split = Literal["bench", "train"]
 ChangeOp = Literal["insert", "update", "delete"]
+# What sort of value a private fact is; it decides which requests name it ("when" asks for a date).
+FACT_KINDS = ("identifier", "date", "name", "amount", "hours", "time", "email", "phone", "address", "postal",
+              "choice")
 
 
 @dataclass(frozen=True)
 class PrivateFact:
-    """Something only the user knows; the scripted user says it when a keyword is asked about."""
+    """Something only the user knows; the scripted user says it when the agent asks for it (by one
+    of its keywords, or in other words: `tbx.users.facts`)."""
 
     value: Any
     keywords: tuple[str, ...]
+    kind: str | None = None  # one of FACT_KINDS; None: inferred from the fact's name and value
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ class UserTurn:
     done: bool  # the user considers the conversation over
     usage: Usage = field(default_factory=Usage)
     revealed: tuple[str, ...] = ()  # names of private facts this turn disclosed
+    reason: str = ""  # why a final turn ends the talk: completed | cannot_help | patience | user ("" goes on)
 
 
 class UserSession(ABC):

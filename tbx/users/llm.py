@@ -6,13 +6,17 @@ sees it, and a turn that breaks the contract raises `UserSimError` (outcome `use
 never an agent failure):
 
 - **leak**: the turn states a private fact's value for the first time although the agent's last
-  message mentions none of that fact's keywords;
+  message did not ask for it: neither in the scripted user's reading (`tbx.users.facts`, the
+  same lexicon, so "When were you born?" asks for a date of birth) nor by one of its keywords;
 - **invented fact**: the turn states an identifier-like value (a token with a letter and a digit,
   like `BK-1042`, or with two or more digits, like `1450` or `2026-03-14`) that appears in no
   private fact, not in the persona, goal or opening, and not earlier in the visible conversation;
 - **premature stop**: the turn ends the conversation (`###STOP###`) while the agent's last message
-  asks the user a question: the agent is waiting for an answer, so the user walked away mid-task.
-  (A stop after the agent reports done or refuses is the user's right, whatever the agent did.)
+  asks the user something (a question or a request, `tbx.users.reading`; an offer of further help
+  such as "Anything else?" does not count): the agent is waiting for an answer, so the user walked
+  away mid-task. (A stop after the agent reports done or refuses is the user's right, whatever the
+  agent did.) A stop records why (`UserTurn.reason`): completed or cannot_help when the agent's last
+  message reads so, else `user`.
 
 Values shorter than two characters are too common to audit as leaks. An endpoint failure is a
 `UserSimError` too: here the simulator is what failed, not the agent's model.
@@ -32,6 +36,8 @@ from tbx.llm_client import ChatClient
 from tbx.messages import Message
 from tbx.tasks.model import UserScenario
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
+from tbx.users.facts import FactReader
+from tbx.users.reading import ending_of, read_sentences
 
 _TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_\-./:]*[A-Za-z0-9])?")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
@@ -42,7 +48,8 @@ _DECIMAL = re.compile(r"\d+\.\d+")
 def build_user_prompt(scenario: UserScenario) -> str:
     """The simulator's system prompt: persona, goal, structured private facts and the rules."""
     facts = "\n".join(
-        f"- {name}: {_show(fact.value)} (share it only when the agent asks about: {', '.join(fact.keywords)})"
+        f"- {name}: {_show(fact.value)} (share it only when the agent asks for it, in any words; "
+        f"for example: {', '.join(fact.keywords)})"
         for name, fact in scenario.private_facts.items()
     ) or "- (none)"
     return (
@@ -90,23 +97,26 @@ def audit_user_turn(scenario: UserScenario, conversation: Sequence[Message], tex
     """Check one user turn (`text`, stop token removed) against the scenario; pure."""
     visible = [m.content for m in conversation if m.role in ("user", "assistant")]
     earlier = "\n".join(visible)
-    asked = _last_agent_text(conversation).lower()
+    message = _last_agent_text(conversation)
+    asked, sentences = message.lower(), read_sentences(message)
+    understood = set(FactReader(scenario).asked(message, sentences).facts)
     revealed, problems = [], []
     for name, fact in scenario.private_facts.items():
         values = [v for v in _leaves(fact.value) if len(v) >= 2]
         if not any(_mentions(text, v) for v in values) or any(_mentions(earlier, v) for v in values):
             continue
         revealed.append(name)
-        if not any(keyword.lower() in asked for keyword in fact.keywords):
+        if name not in understood and not any(keyword.lower() in asked for keyword in fact.keywords):
             problems.append(f"leaked private fact '{name}' before the agent asked for it "
-                            f"(the agent's last message mentions none of {list(fact.keywords)})")
+                            f"(the agent's last message does not ask for it and mentions none of "
+                            f"{list(fact.keywords)})")
     known = _known_tokens(scenario, visible)
     invented = [t for t in _identifier_tokens(text) if not any(t in k for k in known)]
     if invented:
         problems.append(f"stated value(s) {invented} found in no private fact, the scenario or the conversation "
                         "(invented fact)")
-    if done and "?" in asked:
-        problems.append(f"ended the conversation with {STOP} while the agent was asking a question (premature stop)")
+    if done and any(s.ask and not s.closing for s in sentences):
+        problems.append(f"ended the conversation with {STOP} while the agent was asking something (premature stop)")
     return UserAudit(tuple(revealed), tuple(problems))
 
 
@@ -195,7 +205,8 @@ class LLMUserSession(UserSession):
         if audit.problems:
             raise UserSimError("user simulator broke its contract: " + "; ".join(audit.problems)
                                + f". Turn: {text[:200]!r}")
-        return UserTurn(text, done, usage=result.usage, revealed=audit.revealed)
+        reason = (ending_of(read_sentences(_last_agent_text(conversation))) or "user") if done else ""
+        return UserTurn(text, done, usage=result.usage, revealed=audit.revealed, reason=reason)
 
 
 class LLMUser(UserSimulator):

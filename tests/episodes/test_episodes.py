@@ -197,6 +197,18 @@ def test_judge_rules_excluded_without_judge_and_verifier_error_when_it_fails(bac
     assert failed.outcome is Outcome.VERIFIER_ERROR and failed.reward is None
 
 
+def test_the_episode_records_why_the_user_ended_it(backend):
+    runtime = prepare_task(mock_task(), backend)
+    done = play(runtime, backend, OraclePolicy())  # the reference ends on "Done: the transfer is complete."
+    assert (done.ended_by, done.extra["user_end"]) == ("user_stop", "completed")
+    refused = play(runtime, backend, ScriptPolicy([AssistantTurn(content="Sorry, I cannot do transfers.")]))
+    assert (refused.ended_by, refused.extra["user_end"]) == ("user_stop", "cannot_help")
+    stalling = ScriptPolicy([AssistantTurn(content="Let me check that for you.")] * 8)
+    gave_up = play(runtime, backend, stalling)
+    assert (gave_up.ended_by, gave_up.extra["user_end"], gave_up.counts["turns"]) == ("user_stop", "patience", 4)
+    assert gave_up.outcome is Outcome.FAILURE
+
+
 def test_turn_limit_ends_the_episode_and_state_still_decides(backend):
     runtime = prepare_task(mock_task(turn_limit=2), backend)
     result = play(runtime, backend, OraclePolicy())

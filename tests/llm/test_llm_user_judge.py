@@ -105,6 +105,16 @@ def test_audit_flags_a_stop_while_the_agent_asks_a_question():
     assert after_lookup.problems == ()
 
 
+def test_audit_reads_asks_by_meaning_and_lets_the_user_stop_after_an_offer_of_more_help():
+    # no keyword of card_last4 ("card", "payment") in the ask, but it asks for the card's last digits
+    natural = audit_user_turn(SCENARIO, conversation("What are the last four digits, please?"), "4242.", False)
+    assert natural == natural.__class__(("card_last4",), ())
+    offer = audit_user_turn(SCENARIO, conversation("Done, it is moved. Anything else I can help with?"), "No.", True)
+    assert offer.problems == ()
+    request = audit_user_turn(SCENARIO, conversation("Please share the reservation code."), "Bye.", True)
+    assert "premature stop" in request.problems[0]  # a request without "?" is still waiting for an answer
+
+
 def test_prompt_and_view_hold_facts_and_flip_roles():
     prompt = build_user_prompt(SCENARIO)
     for piece in ("Ada Byron", "Move your hotel stay", "booking_id: BK-1042", "card, payment", "amount: 1450.0", STOP):
@@ -136,7 +146,7 @@ def test_llm_user_answers_and_stops(server):
     assert request["seed"] == 7 and "tools" not in request
     assert [m["role"] for m in request["messages"]] == ["system", "assistant", "user"]
     done = reply(user, conversation("Your stay is moved to the 14th.", lookup=True))
-    assert (done.text, done.done) == ("Great, thanks!", True)
+    assert (done.text, done.done, done.reason) == ("Great, thanks!", True, "completed")
 
 
 @pytest.mark.parametrize(("answer", "problem"), [

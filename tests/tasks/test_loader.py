@@ -48,6 +48,8 @@ def test_good_file_loads(tmp_path):
         (lambda t: t["checks"]["expected"][0].update(table="acct"), "checks.expected[0].table", "one of"),
         (lambda t: t["checks"].update(volatile=["accounts.nope"]), "checks.volatile[0]", "table.column"),
         (lambda t: t.update(id="../../etc/passwd"), "id", "letters"),
+        (lambda t: t["user"]["private_facts"]["owner_name"].update(kind="nickname"),
+         "user.private_facts.owner_name.kind", "use one of identifier, date, name"),
     ],
 )
 def test_malformed_task_names_file_field_and_fix(tmp_path, change, field, fix):
@@ -75,8 +77,15 @@ def test_duplicate_ids_are_refused(tmp_path):
         resolve_tasks(TasksConfig(name="files", path=str(tmp_path)))
 
 
+def test_a_fact_may_declare_its_kind():
+    data = good_task()
+    data["user"]["private_facts"]["owner_name"]["kind"] = "name"
+    assert load_task(data, "mem", "policy").user.private_facts["owner_name"].kind == "name"
+
+
 def test_load_task_keeps_structure():
     task = load_task(good_task(), "mem", "policy text")
     assert task.user.private_facts["owner_name"].keywords == ("name", "owner")
+    assert task.user.private_facts["owner_name"].kind is None  # inferred by the scripted user
     assert task.reference[2].arguments["amount"] == 5
     assert task.content_hash == load_task(good_task(), "elsewhere", "x").content_hash

@@ -1,0 +1,327 @@
+"""Which private facts an agent message asks for, read by meaning with the shared lexicon.
+
+Each fact gets a profile (`tbx.users.profiles`): its kinds (identifier, date, name, amount, hours, time, email, phone,
+address, postal, choice), the phrases that name its subject, the phrases that name it alone, and
+whether it belongs to somebody else (the new driver, the leaver, the payee). The phrases come from
+`tbx.users.lexicon` and from the task's own keywords. In every sentence that asks for something
+(`tbx.users.reading`), a fact is asked for when
+- a phrase names it alone ("When were you born?", "the VIN", a task keyword), or
+- a kind cue stands with its subject: "staff number", "number of your policy", "how much is the
+  repair estimate", "when did the accident happen", or
+- a bare kind cue ("What's your email?") fits exactly one fact, or
+- a yes/no question offers an alternative ("... a refund instead?") and the user holds one choice.
+When two facts compete for the same words, the one whose owner fits ("your" / "their" / a named
+person) and that matches more of them wins; a cue that fits several facts equally is *ambiguous*
+and reveals nothing. Pure and deterministic: same scenario and message, same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from tbx.tasks.model import UserScenario
+from tbx.users import lexicon as lx
+from tbx.users.profiles import FactProfile, profile_fact, tokenize
+from tbx.users.reading import Sentence, normalize
+
+_NAME_OWNER = re.compile(r"\b([A-Z][a-z]+)['\u2019]s\b|\b(?:to|for) ([A-Z][a-z]+)\b")
+# a bare cue of these kinds ("your email?") may pick the only fact of the kind; a bare "when" or "how
+# much" may not (it is as often about the goal as about a fact)
+UNIQUE_KINDS = frozenset({"identifier", "email", "phone", "postal", "name", "address"})
+FILLERS = frozenset({"new", "current", "old", "full", "preferred", "updated", "own", "valid", "best", "exact",
+                     "complete", "primary", "registered", "17", "character", "digit", "correct", "right",
+                     "personal", "main", "usual", "contact", "good", "latest"})
+_REQUEST_YOU = frozenset({"could", "can", "would", "will", "do", "does", "did", "may", "might", "should", "if",
+                          "thank", "thanks", "help", "assist", "let", "see", "that", "as", "are"})
+
+
+@dataclass
+class _Term:
+    """What a phrase of a message can mean."""
+
+    cue: set[str] = field(default_factory=set)  # kinds it names as a noun ("number")
+    bound: set[str] = field(default_factory=set)  # kinds named by a cue inside a longer phrase ("employee number")
+    question: set[str] = field(default_factory=set)  # kinds it asks as a question word ("when")
+    strong: set[str] = field(default_factory=set)  # facts it names alone
+    keyword: set[str] = field(default_factory=set)  # facts with a task keyword made of cue words only
+    subject: set[str] = field(default_factory=set)  # facts whose subject it names
+    owner: str = ""  # "first" | "third" | ""
+    alternative: bool = False
+    selector: bool = False  # "which": with a subject right after it, asks for that thing's identifier
+    joint: bool = False  # a conjunction or list comma
+
+    def names(self) -> set[str]:
+        """Facts this phrase names by itself (subject, strong phrase or keyword)."""
+        return self.subject | self.strong | self.keyword
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    fact: str
+    score: float
+    sentence: int
+    anchor: frozenset[int]  # token positions that name the fact
+    cue: int | None  # the kind cue's position, if one was used
+    bare: bool = False  # a kind cue alone, with no subject
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class Asked:
+    facts: tuple[str, ...]  # facts asked for, in the order they are asked
+    ambiguous: tuple[str, ...]  # kinds asked for that fit several facts equally
+    unplaced: bool  # an ask named a kind or subject that fits no fact the user holds
+    sentences: frozenset[int] = frozenset()  # the sentences that named a fact
+
+
+def _phrase_table(profiles: Iterable[FactProfile]) -> dict[tuple[str, ...], _Term]:
+    table: dict[tuple[str, ...], _Term] = {}
+
+    def term(phrase: str) -> _Term:
+        return table.setdefault(tuple(tokenize(phrase)), _Term())
+
+    for kind, cues in lx.NOUN_CUES.items():
+        for cue in cues:
+            term(cue).cue.add(kind)
+    for kind, cues in lx.QUESTION_CUES.items():
+        for cue in cues:
+            term(cue).question.add(kind)
+    for profile in profiles:
+        for phrase in profile.strong:
+            term(phrase).strong.add(profile.name)
+        for phrase in profile.generic:
+            term(phrase).keyword.add(profile.name)
+        for phrase in profile.subjects:
+            term(phrase).subject.add(profile.name)
+        if profile.third_party:
+            for word in profile.name.split("_"):
+                for marker in lx.THIRD_PARTY.get(word, ()):
+                    term(marker).owner = "third"
+    for pronoun in lx.THIRD_PRONOUNS:
+        term(pronoun).owner = "third"
+    for pronoun in lx.FIRST_PRONOUNS:
+        term(pronoun).owner = "first"
+    for word in lx.ALTERNATIVES:
+        term(word).alternative = True
+    for word in lx.CONJUNCTIONS:
+        term(word).joint = True
+    for word in lx.SELECTORS:
+        term(word).selector = True
+    single = {cue: kind for kind, cues in lx.NOUN_CUES.items() for cue in cues if " " not in cue}
+    for phrase, entry in table.items():
+        if len(phrase) > 1 and entry.names():
+            entry.bound |= {single[w] for w in phrase if w in single} - entry.cue
+        owners = {table[(w,)].owner for w in phrase if (w,) in table}
+        if len(phrase) > 1 and not entry.owner:
+            entry.owner = "third" if "third" in owners else "first" if "first" in owners else ""
+    table.pop((), None)
+    return table
+
+
+class FactReader:
+    """Reads agent messages for one scenario's facts."""
+
+    def __init__(self, scenario: UserScenario):
+        self.profiles = {name: profile_fact(name, fact) for name, fact in scenario.private_facts.items()}
+        self.table = _phrase_table(self.profiles.values())
+        self.longest = max((len(p) for p in self.table), default=1)
+        told = re.findall(r"\b[A-Z][a-z]+\b", f"{scenario.opening_message} {scenario.instructions}")
+        self.others = {w.lower() for w in told} - set(tokenize(normalize(scenario.persona))) - lx.STOPWORDS
+
+    def segment(self, words: list[str], names: set[str]) -> list[tuple[str, _Term | None]]:
+        """Words grouped into the longest known phrases, each with what it can mean."""
+        out, i = [], 0
+        while i < len(words):
+            for size in range(min(self.longest, len(words) - i), 0, -1):
+                term = self.table.get(tuple(words[i:i + size]))
+                if term is not None:
+                    out.append((" ".join(words[i:i + size]), term))
+                    i += size
+                    break
+            else:
+                out.append((words[i], _Term(owner="third") if words[i] in names else None))
+                i += 1
+        return out
+
+    def asked(self, message: str, sentences: list[Sentence]) -> Asked:
+        """The facts `message` asks for (its `sentences` as `read_sentences` gave them)."""
+        names = {(a or b).lower() for a, b in _NAME_OWNER.findall(message)} & self.others
+        terms = [self.segment(tokenize(s.text), names) for s in sentences]
+        candidates = [c for s, sentence in enumerate(sentences) if sentence.ask
+                      for c in self._candidates(terms[s], s, sentence.question)]
+        fitted = [self._fit(c, terms) for c in candidates]
+        return self._resolve([c for c in fitted if c is not None], terms, sentences)
+
+    def _candidates(self, terms: list[tuple[str, _Term | None]], s: int, question: bool) -> list[_Candidate]:
+        """Every reading of sentence `s` that would name a fact, before owners and conflicts."""
+        out: list[_Candidate] = []
+        for i, (_, term) in enumerate(terms):
+            if term is None:
+                continue
+            out += [_Candidate(f, 3, s, frozenset({i}), None) for f in term.strong]
+            if not self._qualified(terms, i):  # a keyword of cue words only ("which date") reads like a cue
+                out += [_Candidate(f, 2, s, frozenset({i}), i, True, min(self.profiles[f].kinds, default=""))
+                        for f in term.keyword]
+            for kind in term.cue | term.bound:
+                attached, joint = self._attached(terms, i)
+                if attached or kind in term.bound:
+                    out += self._compound(terms, s, i, kind, attached, joint)
+                elif not self._qualified(terms, i):
+                    out += self._cued(terms, s, i, kind, self._clause(terms, i))
+            if term.selector and i + 1 < len(terms) and terms[i + 1][1] is not None:
+                out += [_Candidate(f, 2, s, frozenset({i + 1}), i, kind="identifier")
+                        for f in terms[i + 1][1].subject if "identifier" in self.profiles[f].kinds]
+            for kind in term.question:
+                out += self._cued(terms, s, i, kind, range(i + 1, len(terms)))
+            choices = [p.name for p in self.profiles.values() if "choice" in p.kinds]
+            if term.alternative and question and len(choices) == 1:
+                out.append(_Candidate(choices[0], 2, s, frozenset({i}), None))
+        return out
+
+    def _attached(self, terms: list[tuple[str, _Term | None]], i: int) -> tuple[list[int], bool]:
+        """Positions of the subject words bound to the noun cue at `i`: the words right before it
+        ("employee and confirmation numbers") or after a link ("number of your policy"); and whether
+        a conjunction joins them."""
+        def joins(j: int) -> bool:
+            word, term = terms[j]
+            return word in FILLERS or (term is not None and bool(term.subject or term.joint))
+
+        run, j = [], i - 1
+        while j >= 0 and (joins(j) or (j == i - 1 and j and self._unknown(terms[j]) and joins(j - 1))):
+            run.append(j)  # one unknown word may stand between a subject and its cue ("new travel date")
+            j -= 1
+        k = i + 1
+        while k < len(terms) and terms[k][0] in lx.LINKS and k - i <= 3:
+            k += 1
+        while k > i + 1 and k < len(terms) and joins(k):
+            run.append(k)
+            k += 1
+        spots = sorted(j for j in run if terms[j][1] is not None and terms[j][1].subject)
+        joint = bool(spots) and any(terms[j][1] is not None and terms[j][1].joint and min(spots) < j < max(spots)
+                                    for j in run)
+        return spots, joint
+
+    @staticmethod
+    def _unknown(entry: tuple[str, _Term | None]) -> bool:
+        """A content word the lexicon and the task do not know."""
+        word, term = entry
+        return term is None and word.isalpha() and word not in lx.STOPWORDS and word not in FILLERS
+
+    def _qualified(self, terms: list[tuple[str, _Term | None]], i: int) -> bool:
+        """The cue at `i` names something the lexicon does not know ("confirmation email")."""
+        j = i - 1
+        while j >= 0 and terms[j][0] in FILLERS:
+            j -= 1
+        return j >= 0 and self._unknown(terms[j])
+
+    def _compound(self, terms: list[tuple[str, _Term | None]], s: int, i: int, kind: str,
+                  attached: list[int], joint: bool) -> list[_Candidate]:
+        """Facts of `kind` named by the cue at `i` with its bound subject words; the fact matching
+        most of them wins unless they are joined ("policy and claim numbers": both)."""
+        itself = terms[i][1].names() | {f for w in terms[i][0].split() for f in self.table.get((w,), _Term()).subject}
+        hits = {p.name: [j for j in attached if p.name in terms[j][1].subject] + ([i] if p.name in itself else [])
+                for p in self.profiles.values() if kind in p.kinds}
+        hits = {fact: spots for fact, spots in hits.items() if spots}
+        # an owner word ("payee" in "the payee's routing number") counts only where nothing else does
+        heads = {fact: [j for j in spots if terms[j][1].owner != "third"] for fact, spots in hits.items()}
+        weight = heads if any(heads.values()) else hits
+        best = max((len(spots) for spots in weight.values()), default=0)
+        return [_Candidate(fact, 2, s, frozenset(hits[fact]), i, kind=kind)
+                for fact, spots in weight.items() if spots and (joint or len(spots) == best)]
+
+    def _cued(self, terms: list[tuple[str, _Term | None]], s: int, i: int, kind: str,
+              scope: Iterable[int]) -> list[_Candidate]:
+        """Facts of `kind` for a cue whose subject may stand anywhere in `scope`; none there: a bare cue."""
+        facts = [p for p in self.profiles.values() if kind in p.kinds]
+        found = [_Candidate(p.name, 2, s, frozenset({j}), i, kind=kind) for j in scope for p in facts
+                 if terms[j][1] is not None and p.name in terms[j][1].subject]
+        if found:
+            return found
+        return [_Candidate(p.name, 1 if p.narrow else 2, s, frozenset({i}), i, True, kind)
+                for p in facts if not p.narrow or kind in UNIQUE_KINDS]
+
+    @staticmethod
+    def _clause(terms: list[tuple[str, _Term | None]], i: int) -> range:
+        """The positions of the clause around `i` (between conjunctions and commas)."""
+        start, end = i, i + 1
+        while start > 0 and not (terms[start - 1][1] and terms[start - 1][1].joint):
+            start -= 1
+        while end < len(terms) and not (terms[end][1] and terms[end][1].joint):
+            end += 1
+        return range(start, end)
+
+    def _owner(self, terms: list[list[tuple[str, _Term | None]]], s: int, anchor: frozenset[int]) -> str:
+        """Whose thing the words at `anchor` name: "third" (a marker, their/his/her, a named person),
+        "first" (your/you) or "" — the nearest owner word before them, else after, else earlier."""
+        row = terms[s]
+        if any(row[j][1] is not None and row[j][1].owner == "third" for j in anchor):
+            return "third"
+        order = [*((s, j) for j in range(min(anchor) - 1, -1, -1)),
+                 *((s, j) for j in range(max(anchor) + 1, len(row))),
+                 *((e, j) for e in range(s - 1, -1, -1) for j in range(len(terms[e]) - 1, -1, -1))]
+        for e, j in order:
+            word, term = terms[e][j]
+            if term is not None and term.owner and not (word == "you" and j and terms[e][j - 1][0] in _REQUEST_YOU):
+                return term.owner
+        return ""
+
+    def _fit(self, candidate: _Candidate, terms: list[list[tuple[str, _Term | None]]]) -> _Candidate | None:
+        """Weaken a reading whose owner does not fit the fact; drop such a bare cue. Owners matter
+        only where the user holds somebody else's facts too ("Grace's hours" may be the user's)."""
+        if not any(p.third_party for p in self.profiles.values()):
+            return candidate
+        third = self._owner(terms, candidate.sentence, candidate.anchor) == "third"
+        if self.profiles[candidate.fact].third_party == third:
+            return candidate
+        if candidate.bare:
+            return None
+        return _Candidate(candidate.fact, candidate.score - 1.5, candidate.sentence, candidate.anchor,
+                          candidate.cue, candidate.bare, candidate.kind)
+
+    def _resolve(self, candidates: list[_Candidate], terms: list[list[tuple[str, _Term | None]]],
+                 sentences: list[Sentence]) -> Asked:
+        """Give each word to the best reading; bare cues speak only where nothing else answered."""
+        taken: dict[tuple[int, int], str] = {}
+        found: dict[str, tuple[int, int]] = {}
+        answered: set[tuple[int, int]] = set()  # (sentence, clause start)
+        named: set[tuple[str, int]] = set()  # (fact, sentence) for every sentence that names the fact
+        ordered = sorted(candidates, key=lambda c: (-c.score, c.bare, -len(c.anchor), c.sentence, min(c.anchor)))
+        for c in (c for c in ordered if not c.bare):
+            spots = {(c.sentence, j) for j in c.anchor}
+            if any(taken.get(spot, c.fact) != c.fact for spot in spots):
+                continue
+            for spot in spots | ({(c.sentence, c.cue)} if c.cue is not None else set()):
+                taken.setdefault(spot, c.fact)
+            found[c.fact] = min(found.get(c.fact, (c.sentence, min(c.anchor))), (c.sentence, min(c.anchor)))
+            named.add((c.fact, c.sentence))
+            answered.add((c.sentence, self._clause(terms[c.sentence], min(c.anchor)).start))
+        ambiguous: list[str] = []
+        groups: dict[tuple[int, int, str], list[_Candidate]] = {}
+        for c in (c for c in candidates if c.bare):
+            groups.setdefault((c.sentence, c.cue, c.kind), []).append(c)
+        for (s, cue, kind), group in sorted(groups.items()):
+            named.update((c.fact, s) for c in group if c.fact in found)
+            if (s, cue) in taken or (s, self._clause(terms[s], cue).start) in answered:
+                continue
+            group = [c for c in group if c.fact not in found]
+            pick = list({c.fact: c for c in [c for c in group if c.score >= 2] or group}.values())
+            if len(pick) == 1:
+                found[pick[0].fact] = (s, cue)
+                named.add((pick[0].fact, s))
+                taken[(s, cue)] = pick[0].fact
+            elif pick and kind not in ambiguous:
+                ambiguous.append(kind)
+        for fact, s in sorted(named):  # "the new address with ZIP": the ZIP is the address's
+            whole = {lx.PART_OF[k] for k in self.profiles[fact].kinds if k in lx.PART_OF}
+            spoken = {k for _, t in terms[s] if t is not None for k in t.cue | t.bound | t.question}
+            if (fact in found and whole & spoken and any(whole & self.profiles[g].kinds for g in found)
+                    and not any(w in sentences[s].text for w in lx.STANDS_APART)):
+                del found[fact]
+        asked_sentences = {s for f, s in named if f in found}
+        unplaced = any(sentence.ask and s not in asked_sentences and any(t is not None and t.cue for _, t in terms[s])
+                       and any(t is not None and t.owner == "first" for _, t in terms[s])
+                       for s, sentence in enumerate(sentences))
+        facts = tuple(sorted(found, key=found.__getitem__))
+        return Asked(facts, tuple(ambiguous), unplaced and not ambiguous, frozenset(asked_sentences))

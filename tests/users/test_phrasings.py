@@ -1,0 +1,144 @@
+"""The scripted user against a corpus of how LLM agents really ask (`phrasings.yaml`, written apart
+from the user's lexicon): every ask is played in a fresh session of a real bundled task.
+
+Targets (issue 23): >= 95% of asks answered with every fact they ask for, 0 facts revealed that
+were not asked for, no request or question ends the talk; completion and "cannot help" statements
+do end it, with the reason recorded. The rates are printed (`pytest -s`) and quoted in docs/users.md.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tbx.domains import get_domain
+from tbx.tasks import Task, load_task
+from tbx.users.scripted import ScriptedSession
+
+CORPUS = yaml.safe_load((Path(__file__).parent / "phrasings.yaml").read_text())
+ANSWERED_TARGET = 0.95
+
+
+@cache
+def family_tasks(key: str) -> tuple[Task, ...]:
+    domain_name, family = key.split("/")
+    domain = get_domain(domain_name)
+    tasks = [load_task(dict(t), f"{key}[{i}]", domain.policy)
+             for i, t in enumerate(domain.generate_tasks(0)) if t["family"] == family]
+    assert tasks, f"no bundled family {key}"
+    return tuple(tasks)
+
+
+def scenario_for(key: str, wanted: tuple[str, ...] = ()) -> Task:
+    """The family's task with the most private facts among those holding every wanted fact."""
+    holding = [t for t in family_tasks(key) if set(wanted) <= set(t.user.private_facts)]
+    assert holding, f"no task of {key} holds {wanted}"
+    return max(holding, key=lambda t: len(t.user.private_facts))
+
+
+def parse(line: str) -> tuple[str, tuple[str, ...]]:
+    text, _, facts = line.rpartition("=>")
+    return text.strip(), tuple(facts.split())
+
+
+def play_asks() -> list[dict]:
+    """Every corpus ask with what the user did: facts revealed, missed, revealed unasked, ended."""
+    rows = []
+    for batch, key, styles in [(b, k, v) for b in ("asks", "held_out") for k, v in CORPUS[b].items()]:
+        for style, lines in styles.items():
+            for line in lines:
+                text, wanted = parse(line)
+                task = scenario_for(key, wanted)
+                turn = ScriptedSession(task.user).answer(text)
+                rows.append({"batch": batch, "key": key, "style": style, "ask": text, "wanted": wanted, "turn": turn,
+                             "missed": [f for f in wanted if f not in turn.revealed],
+                             "unasked": [f for f in turn.revealed if f not in wanted]})
+    return rows
+
+
+@cache
+def results() -> tuple[dict, ...]:
+    return tuple(play_asks())
+
+
+def test_corpus_covers_every_fact_of_every_domain_in_every_style():
+    rows = results()
+    assert len(rows) >= 300
+    assert {r["style"] for r in rows} == {"terse", "chatty", "bulleted", "combined"}
+    asked = {(r["key"].split("/")[0], f) for r in rows for f in r["wanted"]}
+    bundled = set()
+    for key in CORPUS["asks"]:
+        for task in family_tasks(key):
+            bundled |= {(task.domain, f) for f in task.user.private_facts}
+    from tbx.domains import domain_names
+    for name in domain_names():
+        facts = {f for t in get_domain(name).generate_tasks(0) for f in t["user"]["private_facts"]}
+        bundled |= {(name, f) for f in facts}
+    assert bundled - asked == set(), "facts no corpus ask asks for"
+
+
+def test_asks_are_answered_and_nothing_is_revealed_unasked():
+    rows = results()
+    answered = [r for r in rows if not r["missed"]]
+    unasked = [(r["ask"], r["unasked"]) for r in rows if r["unasked"]]
+    rate = len(answered) / len(rows)
+
+    def share(key: str, value: str) -> str:
+        part = [r for r in rows if r[key] == value]
+        return f"{value} {sum(not r['missed'] for r in part)}/{len(part)}"
+
+    print(f"\nphrasing corpus: {len(answered)}/{len(rows)} asks answered ({rate:.1%}); "
+          f"by batch {', '.join(share('batch', b) for b in ('asks', 'held_out'))}; "
+          f"by style {', '.join(share('style', s) for s in ('terse', 'chatty', 'bulleted', 'combined'))}; "
+          f"{sum(len(u) for _, u in unasked)} facts revealed unasked")
+    for r in rows:
+        if r["missed"]:
+            print(f"  missed {r['missed']} in {r['key']}: {r['ask']!r} -> {r['turn'].text!r}")
+    assert unasked == []
+    assert rate >= ANSWERED_TARGET
+
+
+def test_no_ask_ends_the_talk():
+    ended = [(r["ask"], r["turn"].text) for r in results() if r["turn"].done]
+    assert ended == []
+
+
+SCENARIOS = sorted(set(CORPUS["asks"]) | set(CORPUS["held_out"]) | set(CORPUS["confirmations"])
+                   | set(CORPUS["clarifying"]))
+
+
+@pytest.mark.parametrize("key", SCENARIOS)
+def test_controls_reveal_nothing_and_never_end_the_talk(key):
+    task = scenario_for(key)
+    for text in CORPUS["controls"]:
+        turn = ScriptedSession(task.user).answer(text)
+        assert (turn.revealed, turn.done) == ((), False), (text, turn)
+        assert not any(str(f.value) in turn.text for f in task.user.private_facts.values()), (text, turn.text)
+
+
+@pytest.mark.parametrize("key", sorted(CORPUS["confirmations"]))
+def test_confirmations_are_answered_yes_from_the_goal(key):
+    task = scenario_for(key)
+    for text in CORPUS["confirmations"][key]:
+        turn = ScriptedSession(task.user).answer(text)
+        assert (turn.text, turn.revealed, turn.done) == ("Yes, please go ahead.", (), False), text
+
+
+@pytest.mark.parametrize("key", sorted(CORPUS["clarifying"]))
+def test_clarifying_questions_are_answered_by_restating_the_goal(key):
+    task = scenario_for(key)
+    for text in CORPUS["clarifying"][key]:
+        turn = ScriptedSession(task.user).answer(text)
+        assert turn.text.startswith("As I said: ") and not turn.done and turn.revealed == (), (text, turn)
+        assert turn.text.removeprefix("As I said: ").rstrip(".").lower() in task.user.opening_message.lower()
+
+
+@pytest.mark.parametrize("reason", ["completed", "cannot_help"])
+def test_completion_and_cannot_help_statements_end_the_talk(reason):
+    task = scenario_for("travel/downgrade_needs_approval")
+    for text in CORPUS["endings"][reason]:
+        turn = ScriptedSession(task.user).answer(text)
+        assert (turn.done, turn.reason, turn.revealed) == (True, reason, ()), text
