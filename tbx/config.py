@@ -60,6 +60,9 @@ class ServerConfig:
     kv_cache_gib: float = 2.0  # CPU: VLLM_CPU_KVCACHE_SPACE (GPU: see gpu_memory_utilization)
     gpu_memory_utilization: float = 0.9  # GPU: share of the device vLLM may take
     max_num_seqs: int = 64  # sequences decoded together
+    # vLLM replicas of the model in this job (--data-parallel-size); null: the GPUs this process sees
+    # (CUDA_VISIBLE_DEVICES, else /dev/nvidiaN) / model.tensor_parallel_size, 1 without GPUs
+    data_parallel_size: int | None = None
     ready_timeout_s: float = 900.0  # loading a large model from a network file system is slow
     extra_args: list[str] = field(default_factory=list)  # more `vllm serve` flags, e.g. [--quantization, fp8]
 

@@ -279,7 +279,7 @@ def _check_engine(cfg: Config, stage: str) -> None:
         return
     if cfg.model.endpoint.base_url:
         return
-    from tbx.vllm_server import vllm_python
+    from tbx.vllm_spec import vllm_python
 
     try:
         vllm_python(cfg.model.server)

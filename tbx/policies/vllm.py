@@ -33,7 +33,8 @@ from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.policies.prompting import Demonstration, check_tool_format, demonstrations_for, fit_prompt
-from tbx.vllm_server import VLLMServer, shared_server, spec_for
+from tbx.vllm_server import VLLMServer, shared_server
+from tbx.vllm_spec import spec_for
 from tbx.vllm_weights import serving_folder
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")  # end a turn wherever the vocabulary has them

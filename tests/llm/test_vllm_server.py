@@ -18,7 +18,8 @@ import pytest
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
 from tbx.errors import ConfigError, InfraError
 from tbx.llm_client import ChatClient
-from tbx.vllm_server import ENTRY, ServeSpec, VLLMServer, build_vllm_command, vllm_python
+from tbx.vllm_server import VLLMServer
+from tbx.vllm_spec import ENTRY, ServeSpec, build_vllm_command, spec_for, vllm_python
 
 FAKE_VLLM = (sys.executable, str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"))
 SPEC = ServeSpec(directory="/models/qwen", served_name="qwen-served", dtype="bfloat16", context_length=8192,
@@ -57,6 +58,8 @@ def test_command_line_from_the_serve_spec():
         "--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--enforce-eager",
     ]
+    replicas = build_vllm_command(dataclasses.replace(SPEC, data_parallel_size=2), 1, ("py",))
+    assert replicas[replicas.index("--data-parallel-size") + 1] == "2"
     lora = dataclasses.replace(SPEC, lora_rank=16, enforce_eager=False, extra_args=("--quantization", "fp8"))
     assert build_vllm_command(lora, 1, ("py",))[-7:] == ["--enable-lora", "--max-lora-rank", "16", "--max-loras", "1",
                                                          "--quantization", "fp8"]
@@ -67,11 +70,22 @@ def test_command_line_from_the_serve_spec():
     assert trained.key == SPEC.key != lora.key
 
 
+def test_replicas_follow_the_gpus_this_job_sees(monkeypatch, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    model = dataclasses.replace(MODEL, tensor_parallel_size=2, server=ServerConfig(python=sys.executable))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    assert spec_for(model, tmp_path).data_parallel_size == 4  # 8 GPUs / 2 per replica
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert spec_for(model, tmp_path).data_parallel_size == 1  # none: one replica on CPU
+    pinned = dataclasses.replace(model, server=ServerConfig(python=sys.executable, data_parallel_size=3))
+    assert spec_for(pinned, tmp_path).data_parallel_size == 3
+
+
 def test_no_vllm_installed_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.delenv("TBX_VLLM_PYTHON", raising=False)
     with pytest.raises(ConfigError, match="does not exist"):
         vllm_python(ServerConfig(python=str(tmp_path / "nope")))
-    monkeypatch.setattr("tbx.vllm_server.Path.is_file", lambda self: False)
+    monkeypatch.setattr("tbx.vllm_spec.Path.is_file", lambda self: False)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="setup.sh"):
         vllm_python(ServerConfig())
