@@ -21,7 +21,10 @@ REQUIRED = {("backend", "postgres"): ["backend.url=postgresql+psycopg://postgres
             ("model", "openai_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
                                            "model.endpoint.model=some-model"],
             ("experiment", "eval_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
-                                              "model.endpoint.model=some-model"]}
+                                              "model.endpoint.model=some-model"],
+            ("experiment", "reference_probe"): ["model.path=/models/base"],
+            ("experiment", "reference_train"): ["model.path=/models/base", "train.pool=pool.json"],
+            ("experiment", "reference_eval"): ["model.path=/models/trained"]}
 
 
 def show(dict_cfg, capsys) -> str:

@@ -12,6 +12,7 @@ vLLM server, which loads the base or the trained weights in place.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from tbx.config import (
@@ -52,6 +53,23 @@ def _evaluate(cfg: Config, model: ModelConfig) -> dict[str, str]:
             for label, tasks, settings in evaluation_sets(cfg)}
 
 
+class _Clock:
+    """Seconds per step of the pipeline, for its last line."""
+
+    def __init__(self) -> None:
+        self.started, self.seconds = time.perf_counter(), {}
+
+    def __call__(self, name: str, run: Any, *args: Any) -> Any:
+        started = time.perf_counter()
+        result = run(*args)
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+        return result
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in self.seconds.items())
+        return f"{time.perf_counter() - self.started:.0f} s ({parts})"
+
+
 def run_pipeline(cfg: Config) -> dict[str, Any]:
     from tbx.stages.probe import run_probe
     from tbx.stages.report import run_report
@@ -62,23 +80,24 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
         raise ConfigError("conf/policy", "policy", f"is {cfg.policy.name}: the pipeline trains a model",
                           "use policy=model (the default)")
     evaluation_sets(cfg)  # a bad held-out seed fails before anything runs
-    probe = run_probe(_stage(cfg, "probe"))
-    select = run_select(_stage(cfg, "select", select=SelectConfig(probe_run=probe["run_dir"])))
+    clock = _Clock()
+    probe = clock("probe", run_probe, _stage(cfg, "probe"))
+    select = clock("select", run_select, _stage(cfg, "select", select=SelectConfig(probe_run=probe["run_dir"])))
     steps: dict[str, Any] = {"probe": probe["run_dir"], "select": select["manifest"]}
-    runs = {label: [run_dir] for label, run_dir in _evaluate(cfg, cfg.model).items()}
+    runs = {label: [run_dir] for label, run_dir in clock("evaluate", _evaluate, cfg, cfg.model).items()}
     names = [cfg.model.name]
     if select["kept"] == 0:
         print("the pool is empty (no task in the kept bands for this model): nothing to train")
     else:
-        trained = run_train(_stage(cfg, "train", train=TrainConfig(pool=select["manifest"])))
+        trained = clock("train", run_train, _stage(cfg, "train", train=TrainConfig(pool=select["manifest"])))
         tuned = dataclasses.replace(cfg.model, path=trained["final_model"], name=f"{cfg.model.name}-grpo")
-        for label, run_dir in _evaluate(cfg, tuned).items():
+        for label, run_dir in clock("evaluate", _evaluate, cfg, tuned).items():
             runs[label].append(run_dir)
         names.append(tuned.name)
         steps["train"] = trained["run_dir"]
-    reports = {label: run_report(_stage(cfg, "report", runs=dirs, report=ReportConfig(names=names,
-                                                                                        allow_incomplete=True)))["markdown"]
-               for label, dirs in runs.items()}
+    reports = {label: clock("report", run_report, _stage(cfg, "report", runs=dirs, report=ReportConfig(
+        names=names, allow_incomplete=True)))["markdown"] for label, dirs in runs.items()}
     steps |= {"eval": runs, "report": reports}
     print("pipeline done: " + ", ".join(f"{k} -> {v}" for k, v in steps.items()))
+    print(f"pipeline took {clock.line()}")
     return steps
