@@ -138,3 +138,24 @@ def test_shared_prefix_gives_the_full_sequences_update():
     assert shared.loss == pytest.approx(full.loss, abs=1e-6) and shared.grad_norm == pytest.approx(full.grad_norm, rel=1e-5)
     assert torch.allclose(weights_shared, weights_full, atol=1e-6)
     assert not torch.equal(weights_full, torch.cat([p.detach().flatten() for p in tiny_model().parameters()]))
+
+
+def test_golden_two_steps_on_a_tiny_model():
+    """Two native steps on a fixed tiny llama and fixed samples: the losses are the hand-worked
+    on-policy value, the gradient norms the recorded ones, and the parameters move.
+
+    On-policy (the ratio is 1) the token-mean loss is -sum(A_i * tokens_i) / tokens:
+    -(1.0 * 2 + (-1.0) * 1 + 0.5 * 3) / 6 = -5/12 at every step. The gradient norms were recorded
+    with torch 2.13 on CPU (float32); they change when the model or the loss changes."""
+    model = tiny_model()
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.0)
+    samples = [TurnSample((1, 2, 3, 4), (5, 6), 1.0), TurnSample((1, 2, 3, 7), (8,), -1.0),
+               TurnSample((1, 2, 9), (10, 11, 12), 0.5)]
+    results = [grpo_update(model, optimizer, samples, LossSettings(), pad_id=0, micro_batch_size=2,
+                           temperature=1.0, max_grad_norm=1.0) for _ in range(2)]
+    assert [r.loss for r in results] == pytest.approx([-5 / 12, -5 / 12], abs=1e-6)
+    assert [r.grad_norm for r in results] == pytest.approx([3.334713, 2.262165], rel=1e-4)
+    assert all(r.response_tokens == 6 and r.sequences == 3 for r in results)
+    moved = sum(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert moved == len(before)  # every parameter took the two steps
