@@ -61,8 +61,9 @@ ENUMS = {  # field -> allowed values; where a field's option file is, see `_sour
 
 # --- composition ----------------------------------------------------------------------------------------------
 
-def composition_error(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> ConfigError | None:
-    """Compose `config_name` with `overrides` as Hydra would; the first mistake as a ConfigError, or None."""
+def compose_config(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> tuple[Any, ConfigError | None]:
+    """Compose `config_name` with `overrides` as Hydra would: (the config, None), or (None, the first
+    mistake as a ConfigError)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
@@ -70,8 +71,14 @@ def composition_error(config_dir: str | Path, config_name: str, overrides: Seque
         with initialize_config_dir(str(Path(config_dir).resolve()), version_base="1.3"):
             dict_cfg = compose(config_name, overrides=list(overrides))
     except HydraException as exc:
-        return translate(exc, overrides)
-    return check_composed(dict_cfg, overrides)
+        return None, translate(exc, overrides)
+    error = check_composed(dict_cfg, overrides)
+    return (None, error) if error is not None else (dict_cfg, None)
+
+
+def composition_error(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> ConfigError | None:
+    """The first composition mistake as a ConfigError, or None."""
+    return compose_config(config_dir, config_name, overrides)[1]
 
 
 def check_composed(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:

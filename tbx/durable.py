@@ -89,6 +89,27 @@ def publish_folder(partial: Path, final: Path) -> Path:
     return final
 
 
+def check_writable(folder: Path, field: str = "out_root", probe_bytes: int = 65536) -> None:
+    """Make `folder`, then write, sync and remove a small file in it: a full or read-only disk is found
+    before anything writes there (Hydra makes its own run folder under out_root before tbx runs)."""
+    probe = folder / f".tbx-write-check-{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as handle:
+            handle.write(b"\0" * probe_bytes)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        if is_disk_error(exc):
+            raise unwritable(folder, exc, field) from None
+        raise
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:  # a read-only folder had no probe to remove
+            pass
+
+
 def ensure_folder(path: Path, field: str = "out_root") -> Path:
     """`mkdir -p`, with the disk's refusal as a `ConfigError`."""
     try:
