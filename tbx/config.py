@@ -134,9 +134,10 @@ class EvalConfig:
     # re-runs of an attempt that ended in an error outcome
     max_error_retries: int = field(default=2, metadata=NOT_IDENTITY)
     max_turns: int | None = None  # cap every task's turn limit (quick CPU runs); null: the task's own
-    # Longest wait for one tool call, harness DB connection, user reply or judge call before the episode
-    # becomes an error outcome of that site's type. Above an endpoint's own retry budget with the default
-    # endpoint settings (4 tries x 60 s), so those retries run first; it only cuts true hangs.
+    # Longest wait for one tool call, harness DB connection, clone, state dump, user reply or judge call
+    # (and PostgreSQL's statement_timeout) before the episode becomes an error outcome of that site's
+    # type. Above an endpoint's own retry budget with the default endpoint settings (4 tries x 60 s), so
+    # those retries run first; it only cuts true hangs.
     call_timeout_s: float = field(default=300.0, metadata=NOT_IDENTITY)
     # Longest turn of the agent (one model call, queueing included). Longer ends the conversation like
     # the turn limit: the state is graded, and it is the agent's failure, never an error. Keep it above
@@ -157,9 +158,10 @@ class FaultsConfig:
     judge: float = 0.0  # share of judge calls (-> verifier_error)
     hang: float = 0.5  # share of injected faults that hang instead of failing at once
     seed: int = 0  # mixed into every draw: another seed, other calls hit
-    # While faults are injected, bounds each call when shorter than eval.call_timeout_s (chaos: a few
-    # seconds, so an injected hang costs that, not the 300 s meant for real slow calls). null: no change.
-    call_timeout_s: float | None = field(default=None, metadata=NOT_IDENTITY)
+    # How long an injected hang lasts before its call fails (chaos: a few seconds, so a campaign does not
+    # wait eval.call_timeout_s, 300 s, per injected hang; real calls keep that limit). null: until
+    # eval.call_timeout_s cuts it, the path a real hang takes.
+    hang_s: float | None = field(default=None, metadata=NOT_IDENTITY)
 
 
 @dataclass

@@ -277,6 +277,18 @@ def check_config(cfg: Config) -> None:
         _check_tasks(cfg)
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
+        if key == "model.endpoint":
+            _check_turn_timeout(cfg, endpoint)
+
+
+def _check_turn_timeout(cfg: Config, endpoint: EndpointConfig) -> None:
+    """A turn limit inside the endpoint's own retry budget would count a dead endpoint as the agent's
+    failure (a turn past its limit is the agent's; an endpoint that does not answer is infra_error)."""
+    limit, budget = cfg.eval.turn_timeout_s, endpoint.timeout_s * (endpoint.max_retries + 1)
+    if limit is not None and limit <= budget:
+        raise _fail(cfg, "eval.turn_timeout_s", f"is {limit:g} s, within the model endpoint's retry budget of "
+                    f"{budget:g} s (timeout_s x (max_retries + 1))", f"give eval.turn_timeout_s > {budget:g}, or "
+                    "lower model.endpoint.timeout_s or max_retries")
 
 
 def _wandb_login() -> bool:
@@ -304,6 +316,8 @@ def _check_counts(cfg: Config, stage: str) -> None:
         _at_least(cfg, "eval.max_error_retries", 0)
         if cfg.eval.max_turns is not None:
             _at_least(cfg, "eval.max_turns", 1)
+        if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
+            raise _fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
     if stage in ("probe", "pipeline"):
         for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
             _at_least(cfg, key, 1)

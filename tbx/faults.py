@@ -9,9 +9,9 @@ outcome of its site's type, is re-run within `eval.max_error_retries`, and never
   (the episode stores it in `extra["faults"]`) and wraps the seams: the user session and the judge
   (wrappers), the MCP tool handlers (`tool_gate`, passed to `build_server`) and the harness's DB
   connections (`connect` in front of the clone and the grader's reader).
-- A failure raises at once; a hang waits on an event that never fires, and `bounded` (the
-  per-call limit: `eval.call_timeout_s`, or the shorter `faults.call_timeout_s`) turns it into
-  the site's error, the path a real hang takes.
+- A failure raises at once; a hang lasts `faults.hang_s` and then fails, or, without it, waits on
+  an event that never fires until `bounded` (the per-call limit, `eval.call_timeout_s`) turns it
+  into the site's error, the path a real hang takes.
 
 Site -> outcome: tool and db -> infra_error, user -> user_sim_error, judge -> verifier_error.
 With `faults=none` (the default) nothing is wrapped and no call is delayed.
@@ -50,16 +50,9 @@ def validate_faults(cfg: FaultsConfig, call_timeout_s: float) -> None:
     if not call_timeout_s > 0:
         raise ConfigError("conf/config.yaml", "eval.call_timeout_s", f"is {call_timeout_s}",
                           "give a limit in seconds > 0 (a hung call must end)")
-    if cfg.call_timeout_s is not None and not cfg.call_timeout_s > 0:
-        raise ConfigError(source, "faults.call_timeout_s", f"is {cfg.call_timeout_s}",
-                          "give a limit in seconds > 0, or null for eval.call_timeout_s")
-
-
-def call_timeout(cfg: FaultsConfig, call_timeout_s: float) -> float:
-    """The per-call bound of a run: `eval.call_timeout_s`, or `faults.call_timeout_s` when shorter while
-    faults are injected (chaos: a few seconds, so each injected hang costs that, not 300 s)."""
-    injecting = any(getattr(cfg, site) > 0.0 for site in SITES)
-    return min(call_timeout_s, cfg.call_timeout_s) if injecting and cfg.call_timeout_s else call_timeout_s
+    if cfg.hang_s is not None and not cfg.hang_s > 0:
+        raise ConfigError(source, "faults.hang_s", f"is {cfg.hang_s}",
+                          "give seconds > 0, or null to hang until eval.call_timeout_s")
 
 
 def _uniforms(seed: int, episode_seed: int, site: str, index: int) -> tuple[float, float]:
@@ -100,7 +93,10 @@ class EpisodeFaults:
             return
         self.events.append({"site": site, "kind": kind, "call": index})
         if kind == "hang":
-            await asyncio.Event().wait()  # until the caller's bound cancels it
+            if self.cfg.hang_s is None:
+                await asyncio.Event().wait()  # until the caller's bound cancels it
+            await asyncio.sleep(self.cfg.hang_s)
+            raise InjectedFault(f"injected fault: {site} call {index} hung for {self.cfg.hang_s:g} s")
         raise InjectedFault(f"injected fault: {site} call {index} failed")
 
     async def connect(self, timeout_s: float | None) -> None:

@@ -68,7 +68,7 @@ def test_settings_that_change_results_are_a_new_run(override):
                                       "model.endpoint.max_retries=0", "user.endpoint.api_key_env=KEY",
                                       "eval.concurrency=1", "eval.call_timeout_s=9", "eval.max_error_retries=5",
                                       "backend.workdir=/elsewhere", "store.url=sqlite:///x.sqlite", "logger=none",
-                                      "out_root=/elsewhere", "tasks.name=renamed", "faults.call_timeout_s=1",
+                                      "out_root=/elsewhere", "tasks.name=renamed", "faults.hang_s=1",
                                       "+extra.note=hello", "grpo.steps=3", "probe.attempts=3"])
 def test_paths_logging_concurrency_and_waits_keep_the_run(override):
     base = ("stage=eval", "tasks=mock", "policy=model")

@@ -37,10 +37,7 @@ def build_judge(cfg: Config):  # noqa: ANN201 - returns a Judge or None
 def build_backend(cfg: Config) -> Backend:
     """The run's backend. Its statements are bounded like every other call of an episode; the admin
     URL's server is reached at once, so an unreachable one stops the start with one line."""
-    from tbx.faults import call_timeout
-
-    return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir,
-                        call_timeout(cfg.faults, cfg.eval.call_timeout_s))
+    return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir, cfg.eval.call_timeout_s)
 
 
 def episode_cost(cfg: Config, usage: dict[str, Usage]) -> float:

@@ -23,7 +23,7 @@ from tbx.config import Config
 from tbx.durable import write_text
 from tbx.episodes import run_episode
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
-from tbx.faults import call_timeout, validate_faults
+from tbx.faults import validate_faults
 from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.preemption import run_loop
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
@@ -80,7 +80,6 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
     Each attempt is claimed in the store first: one held by a live process is left to it and waited
     for, so every attempt is played by one process and gets one verdict, however many run."""
     validate_faults(cfg.faults, cfg.eval.call_timeout_s)
-    timeout_s = call_timeout(cfg.faults, cfg.eval.call_timeout_s)
     pending = [(task_id, a) for task_id, indices in attempts.items() for a in indices
                if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
     policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
@@ -96,7 +95,7 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
             seed = episode_seed(cfg.seed, task_id, index, 0)
             fault_seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
             result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
-                                       cfg.eval.max_turns, timeout_s, cfg.faults, fault_seed,
+                                       cfg.eval.max_turns, cfg.eval.call_timeout_s, cfg.faults, fault_seed,
                                        turn_timeout_s=cfg.eval.turn_timeout_s)
             log.append(result, episode_cost(cfg, result.usage))
 
