@@ -97,7 +97,10 @@ def main(dict_cfg: DictConfig) -> None:
         if cfg.show:
             from tbx.runs import identity_settings, run_name
 
-            print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+            try:
+                print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+            except InputError as exc:  # the identity covers the tasks' content: named once they load
+                print(f"# run: not known until the inputs load ({exc})")
             print(plan.describe())
             try:
                 check_config(cfg)

@@ -159,7 +159,11 @@ def load_manifest(path: str | None, field: str) -> dict[str, Any]:
 
 def manifest_tasks(manifest: dict[str, Any]) -> list[Task]:
     """The tasks a pool manifest kept, resolved from the task set its probe ran on."""
-    settings = manifest["probe_settings"]["tasks"]
+    try:
+        settings = manifest["probe_settings"]["tasks"]
+    except (KeyError, TypeError):
+        raise ConfigError("train.pool", "probe_settings.tasks", "is missing: the manifest names no task set",
+                          "use the pool.json that stage=select wrote") from None
     tasks_cfg = TasksConfig(**{**settings, "limit": None, "families": [], "per_family": None})
     kept = set(manifest["kept"])
     tasks = [t for t in resolve_tasks(tasks_cfg) if t.id in kept]
