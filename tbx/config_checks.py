@@ -61,8 +61,9 @@ ENUMS = {  # field -> allowed values; where a field's option file is, see `_sour
 
 # --- composition ----------------------------------------------------------------------------------------------
 
-def composition_error(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> ConfigError | None:
-    """Compose `config_name` with `overrides` as Hydra would; the first mistake as a ConfigError, or None."""
+def compose_config(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> tuple[Any, ConfigError | None]:
+    """Compose `config_name` with `overrides` as Hydra would: (the config, None), or (None, the first
+    mistake as a ConfigError)."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
@@ -70,8 +71,14 @@ def composition_error(config_dir: str | Path, config_name: str, overrides: Seque
         with initialize_config_dir(str(Path(config_dir).resolve()), version_base="1.3"):
             dict_cfg = compose(config_name, overrides=list(overrides))
     except HydraException as exc:
-        return translate(exc, overrides)
-    return check_composed(dict_cfg, overrides)
+        return None, translate(exc, overrides)
+    error = check_composed(dict_cfg, overrides)
+    return (None, error) if error is not None else (dict_cfg, None)
+
+
+def composition_error(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> ConfigError | None:
+    """The first composition mistake as a ConfigError, or None."""
+    return compose_config(config_dir, config_name, overrides)[1]
 
 
 def check_composed(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:
@@ -270,13 +277,27 @@ def check_config(cfg: Config) -> None:
         _check_tasks(cfg)
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
+        if key == "model.endpoint":
+            _check_turn_timeout(cfg, endpoint)
     _check_engine(cfg, stage)
 
 
+def _check_turn_timeout(cfg: Config, endpoint: EndpointConfig) -> None:
+    """A turn limit inside the endpoint's own retry budget would count a dead endpoint as the agent's
+    failure (a turn past its limit is the agent's; an endpoint that does not answer is infra_error)."""
+    limit, budget = cfg.eval.turn_timeout_s, endpoint.timeout_s * (endpoint.max_retries + 1)
+    if limit is not None and limit <= budget:
+        raise _fail(cfg, "eval.turn_timeout_s", f"is {limit:g} s, within the model endpoint's retry budget of "
+                    f"{budget:g} s (timeout_s x (max_retries + 1))", f"give eval.turn_timeout_s > {budget:g}, or "
+                    "lower model.endpoint.timeout_s or max_retries")
+
+
 def _check_engine(cfg: Config, stage: str) -> None:
-    """model.kind=vllm without an endpoint: tbx starts vLLM, so an interpreter with vLLM must exist."""
+    """model.kind=vllm: its requests keep the endpoint's retry budget, within the turn limit; without an
+    endpoint tbx starts vLLM, so an interpreter with vLLM must exist."""
     if stage not in EPISODE_STAGES or cfg.policy._target_ != MODEL_POLICY or cfg.model.kind != "vllm":
         return
+    _check_turn_timeout(cfg, cfg.model.endpoint)
     if cfg.model.endpoint.base_url:
         return
     from tbx.vllm_spec import vllm_python
@@ -312,6 +333,8 @@ def _check_counts(cfg: Config, stage: str) -> None:
         _at_least(cfg, "eval.max_error_retries", 0)
         if cfg.eval.max_turns is not None:
             _at_least(cfg, "eval.max_turns", 1)
+        if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
+            raise _fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
     if stage in ("probe", "pipeline"):
         for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
             _at_least(cfg, key, 1)

@@ -6,6 +6,12 @@ accounted separately: never scored 0, never a success (see SPEC §1, peer-benchm
 
 from __future__ import annotations
 
+# Exit statuses of launch.py (docs/guarantees.md): 0 done; 1 a bug (a traceback); 2 bad input or an
+# environment to fix (one line: file, field, fix; nothing of an earlier run changed); 3 the run ended
+# but no attempt reached a verdict (every one errored): its summary is written, pass@1 is undefined.
+EXIT_INPUT = 2
+EXIT_NO_VERDICT = 3
+
 
 class TbxError(Exception):
     """Base of tbx's own errors."""
@@ -21,6 +27,22 @@ class UserSimError(TbxError):
 
 class VerifierError(TbxError):
     """The grader or judge could not decide (episode outcome `verifier_error`)."""
+
+
+class AgentFault(TbxError):
+    """The agent's own turn ended the conversation: its conversation outgrew the model's context window,
+    the endpoint refused a request the agent's messages made, the provider's filter refused it, or
+    the turn ran past `eval.turn_timeout_s`. Not an error of the harness: the conversation stops like
+    at the turn limit and the terminal state is graded (a failure unless the work was already done).
+    `reason` is the episode's `ended_by`; see `docs/guarantees.md` for every way an episode ends."""
+
+    REASONS = ("context_overflow", "request_refused", "content_filter", "turn_timeout")
+
+    def __init__(self, reason: str, detail: str):
+        if reason not in self.REASONS:
+            raise ValueError(f"unknown reason {reason!r}; one of {self.REASONS}")
+        self.reason, self.detail = reason, detail
+        super().__init__(f"{reason}: {detail}")
 
 
 class InputError(TbxError, ValueError):

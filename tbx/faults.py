@@ -9,8 +9,9 @@ outcome of its site's type, is re-run within `eval.max_error_retries`, and never
   (the episode stores it in `extra["faults"]`) and wraps the seams: the user session and the judge
   (wrappers), the MCP tool handlers (`tool_gate`, passed to `build_server`) and the harness's DB
   connections (`connect` in front of the clone and the grader's reader).
-- A failure raises at once; a hang waits on an event that never fires, and `bounded` (the
-  per-call limit, `eval.call_timeout_s`) turns it into the site's error, the path a real hang takes.
+- A failure raises at once; a hang lasts `faults.hang_s` and then fails, or, without it, waits on
+  an event that never fires until `bounded` (the per-call limit, `eval.call_timeout_s`) turns it
+  into the site's error, the path a real hang takes.
 
 Site -> outcome: tool and db -> infra_error, user -> user_sim_error, judge -> verifier_error.
 With `faults=none` (the default) nothing is wrapped and no call is delayed.
@@ -22,7 +23,7 @@ import asyncio
 import hashlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from tbx.config import FaultsConfig
 from tbx.errors import ConfigError, InfraError
@@ -30,12 +31,10 @@ from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import Message
 from tbx.tasks.model import JudgeRule
 from tbx.users.base import UserSession, UserTurn
+from tbx.waits import bounded
 
 SITES = ("tool", "db", "user", "judge")
 SITE_OUTCOMES = {"tool": "infra_error", "db": "infra_error", "user": "user_sim_error", "judge": "verifier_error"}
-
-T = TypeVar("T")
-
 
 class InjectedFault(ConnectionError):
     """Raised by an injected failure (a connection-like error, as a real client would raise)."""
@@ -51,6 +50,9 @@ def validate_faults(cfg: FaultsConfig, call_timeout_s: float) -> None:
     if not call_timeout_s > 0:
         raise ConfigError("conf/config.yaml", "eval.call_timeout_s", f"is {call_timeout_s}",
                           "give a limit in seconds > 0 (a hung call must end)")
+    if cfg.hang_s is not None and not cfg.hang_s > 0:
+        raise ConfigError(source, "faults.hang_s", f"is {cfg.hang_s}",
+                          "give seconds > 0, or null to hang until eval.call_timeout_s")
 
 
 def _uniforms(seed: int, episode_seed: int, site: str, index: int) -> tuple[float, float]:
@@ -67,17 +69,6 @@ def draw(cfg: FaultsConfig, episode_seed: int, site: str, index: int) -> str | N
     if hit >= rate:
         return None
     return "hang" if kind < cfg.hang else "fail"
-
-
-async def bounded(awaitable: Awaitable[T], timeout_s: float | None, error: type[Exception], what: str) -> T:
-    """Await `awaitable` for at most `timeout_s` (None: no limit); a longer wait raises `error`."""
-    if timeout_s is None:
-        return await awaitable
-    try:
-        async with asyncio.timeout(timeout_s):  # cancels this task at the deadline; no extra task
-            return await awaitable
-    except TimeoutError as exc:
-        raise error(f"{what} did not answer within {timeout_s:g} s") from exc
 
 
 class EpisodeFaults:
@@ -102,7 +93,10 @@ class EpisodeFaults:
             return
         self.events.append({"site": site, "kind": kind, "call": index})
         if kind == "hang":
-            await asyncio.Event().wait()  # until the caller's bound cancels it
+            if self.cfg.hang_s is None:
+                await asyncio.Event().wait()  # until the caller's bound cancels it
+            await asyncio.sleep(self.cfg.hang_s)
+            raise InjectedFault(f"injected fault: {site} call {index} hung for {self.cfg.hang_s:g} s")
         raise InjectedFault(f"injected fault: {site} call {index} failed")
 
     async def connect(self, timeout_s: float | None) -> None:

@@ -36,13 +36,15 @@ class EndpointError(InfraError):
     """The endpoint did not answer usefully after the allowed attempts.
 
     `status` is the last HTTP status (None for a timeout, a connection error or an unreadable
-    body); `attempts` is how many requests were sent.
+    body); `attempts` is how many requests were sent; `body` a key-free excerpt of the refusal's
+    body (what the agent's policy reads to tell a context overflow from other refusals).
     """
 
-    def __init__(self, message: str, status: int | None = None, attempts: int = 0):
+    def __init__(self, message: str, status: int | None = None, attempts: int = 0, body: str = ""):
         super().__init__(message)
         self.status = status
         self.attempts = attempts
+        self.body = body
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class ChatClient:
             raise EndpointError(
                 f"{self.role} endpoint {self.url} (model {self.endpoint.model!r}) rejected the request with "
                 f"HTTP {response.status_code} (not retried): {self._snippet(response.text)}",
-                status=response.status_code, attempts=1,
+                status=response.status_code, attempts=1, body=self._snippet(response.text, 1000),
             )
         return self._read_result(response)
 

@@ -1,15 +1,28 @@
 """Run identity and run folders.
 
-A run is named by a hash of the settings that change its results (not paths, logging or
-concurrency), so the same command lands in the same folder and resumes there. The resolved
-config and the git commit are saved beside the outputs.
+A run is named by a hash of everything that can change its results, so the same command lands in
+the same folder and resumes there, and a changed input never resumes an old run:
+
+- every config setting, derived from the schema (`tbx/config.py`): a field counts unless its
+  metadata marks it as not changing results (`NOT_IDENTITY`: paths, logging, concurrency, waits),
+  and a group counts only for the stages that use it (`only(...)`), so a new field counts until
+  someone decides otherwise;
+- the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
+  never the path itself;
+- the content of every task in the set (bundled generators and the user's task files alike);
+- the code that grades: the grader, and each domain's schema, seed and tools.
+
+The model's settings count only when a model plays (not for the reference policies). A folder
+pinned with `run_dir=` that holds another run is refused with the settings that changed. The
+resolved config and the git commit are saved beside the outputs, atomically.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import importlib
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,47 +30,124 @@ from typing import Any
 import yaml
 
 from tbx.config import Config
+from tbx.durable import write_text
+from tbx.errors import ConfigError, InputError
 from tbx.tasks.model import hash_json
 
 
-def identity_settings(cfg: Config) -> dict[str, Any]:
-    if cfg.stage.name == "report":
-        return {"stage": "report", "runs": [str(Path(r).resolve()) for r in cfg.runs],
-                "names": list(cfg.report.names)}
-    if cfg.stage.name == "select":
-        return {"stage": "select", "probe_run": str(Path(cfg.select.probe_run or "").resolve()),
-                "pool": dataclasses.asdict(cfg.pool), "difficulty": dataclasses.asdict(cfg.difficulty)}
-    settings = {
-        "stage": cfg.stage.name,
-        "tasks": dataclasses.asdict(cfg.tasks),
-        "policy": dataclasses.asdict(cfg.policy),
-        "user": {"target": cfg.user._target_, "model": cfg.user.endpoint.model},
-        "judge": {"target": cfg.judge._target_, "model": cfg.judge.endpoint.model},
-        "attempts": cfg.eval.attempts,
-        "seed": cfg.seed,
-    }
-    if cfg.eval.max_turns is not None:
-        settings["max_turns"] = cfg.eval.max_turns
-    if any((cfg.faults.tool, cfg.faults.db, cfg.faults.user, cfg.faults.judge)):  # a chaos run never resumes a clean one
-        settings["faults"] = dataclasses.asdict(cfg.faults)
-    if cfg.stage.name == "probe":
-        settings["attempts"] = dataclasses.asdict(cfg.probe)
-    if cfg.stage.name == "train":
-        pool = Path(cfg.train.pool or "")
-        settings["attempts"] = None
-        settings["grpo"] = dataclasses.asdict(cfg.grpo)
-        settings["finetune"] = cfg.pool.finetune
-        settings["pool"] = hash_json(pool.read_text()) if pool.is_file() else str(pool)
-    if "reference" not in cfg.policy._target_:
-        model = dataclasses.asdict(cfg.model)
-        for key in ("cache_dir", "server", "endpoint"):
-            model.pop(key)
-        settings["model"] = model | {"endpoint_model": cfg.model.endpoint.model}
+def config_settings(value: Any, stage: str) -> Any:
+    """The settings of `value` (a config dataclass) that count toward a `stage` run's identity."""
+    if not dataclasses.is_dataclass(value):
+        return value
+    settings = {}
+    for field in dataclasses.fields(value):
+        counts = field.metadata.get("identity", True)
+        if counts is False or stage not in field.metadata.get("stages", (stage,)):
+            continue
+        item = getattr(value, field.name)
+        settings[field.name] = content_digest(item) if counts == "content" else config_settings(item, stage)
     return settings
 
 
-def run_identity(cfg: Config) -> str:
-    return hash_json(identity_settings(cfg))[:10]
+def content_digest(path: str | None) -> str | None:
+    """A hash of what `path` names: a run folder or results.sqlite by its stored tries, a model folder
+    by its weights' fingerprint, another folder by its files, a file by its bytes; "missing" when there
+    is nothing (the stage names that error itself)."""
+    if not path:
+        return None
+    target = Path(path).expanduser()
+    if not target.exists():
+        return "missing"
+    if target.is_dir() and (any(target.glob("*.safetensors")) or any(target.glob("*.bin"))):
+        from tbx.vllm_weights import weights_fingerprint
+
+        return weights_fingerprint(target)  # model weights: reading every byte of 70B would take minutes
+    store = target / "results.sqlite" if target.is_dir() else target
+    if store.is_file() and store.suffix == ".sqlite":
+        from tbx.store.results import records_digest
+
+        return records_digest(store)
+    digest = hashlib.sha256()
+    files = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
+    for file in files:
+        digest.update(str(file.relative_to(target) if target.is_dir() else "").encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def stage_tasks(cfg: Config) -> list:
+    """The tasks a stage plays (before sharding): its task set, or for training the pool's."""
+    from tbx.catalog import load_manifest, manifest_tasks, resolve_tasks
+
+    if cfg.stage.name == "train":
+        try:
+            return manifest_tasks(load_manifest(cfg.train.pool, "train.pool"))
+        except InputError:
+            return []  # the stage itself stops on the manifest, with this error
+    if cfg.stage.name in ("eval", "probe", "validate", "pipeline"):
+        return resolve_tasks(cfg.tasks)
+    return []
+
+
+def code_versions(domains: set[str]) -> dict[str, str]:
+    """Hashes of the source that decides verdicts: the grader, and per domain its schema, seed and tools
+    (with the tool runtime that checks arguments and runs them)."""
+    from tbx.catalog import source_hash
+    from tbx.episodes.run import grader_hash
+    from tbx.tools import arguments, runtime
+
+    versions = {"grader": grader_hash()}
+    for name in sorted(domains):
+        modules = [importlib.import_module(f"tbx.domains.{name}.{part}") for part in ("schema", "seed", "tools")]
+        versions[name] = source_hash(*modules, runtime, arguments)
+    return versions
+
+
+def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
+    """Everything the run's hash covers. `tasks`: the stage's resolved task list (read here if None)."""
+    stage = cfg.stage.name
+    settings = config_settings(cfg, stage)
+    if "reference" in cfg.policy._target_:
+        settings.pop("model", None)  # oracle, null and replay play no model
+    tasks = stage_tasks(cfg) if tasks is None else tasks
+    if tasks:
+        settings["task_content"] = hash_json(sorted((t.id, t.content_hash) for t in tasks))
+        settings["code"] = code_versions({t.domain for t in tasks})
+    return settings
+
+
+_memo: dict[str, dict[str, Any]] = {}
+
+
+def _identity(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
+    """{identity, settings}, computed once per config and content in a process (reading every task
+    costs about a second for the whole benchmark) and again when a file the content comes from changed."""
+    key = json.dumps([dataclasses.asdict(cfg), _stamps(cfg)], sort_keys=True, default=str)
+    if key not in _memo or tasks is not None:
+        settings = compute_settings(cfg, tasks)
+        _memo[key] = {"identity": hash_json(settings)[:10], "settings": settings}
+    return _memo[key]
+
+
+def _stamps(cfg: Config) -> list[tuple[str, int, int]]:
+    """Size and modification time of every file a run's content comes from (the memo's key)."""
+    paths = [cfg.tasks.path, cfg.tasks.pool, cfg.policy.path, cfg.train.pool, cfg.select.probe_run,
+             cfg.regrade.run_dir]
+    stamps = []
+    for path in filter(None, paths):
+        root = Path(path).expanduser()
+        files = sorted(root.rglob("*")) if root.is_dir() else [root]
+        stamps += [(str(f), s.st_size, s.st_mtime_ns) for f in files if f.exists() for s in [f.stat()]]
+    return stamps
+
+
+def identity_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
+    return _identity(cfg, tasks)["settings"]
+
+
+def run_identity(cfg: Config, tasks: list | None = None) -> str:
+    """The run's hash (10 hex digits): its folder name, its rows in the results store, its W&B group."""
+    return _identity(cfg, tasks)["identity"]
 
 
 def run_name(cfg: Config) -> str:
@@ -68,9 +158,34 @@ def run_name(cfg: Config) -> str:
     return f"{cfg.stage.name}-{cfg.tasks.name}-{cfg.policy.name}-{run_identity(cfg)}"
 
 
+def changed_settings(old: Any, new: Any, prefix: str = "") -> list[str]:
+    """Dotted names of the settings that differ between two identity settings (pure)."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return [] if old == new else [prefix or "(settings)"]
+    names = []
+    for key in sorted(set(old) | set(new), key=str):
+        names += changed_settings(old.get(key), new.get(key), f"{prefix}.{key}" if prefix else str(key))
+    return names
+
+
 def resolve_run_dir(cfg: Config) -> Path:
+    """The run's folder (made by the first file written into it, so a start that fails its checks leaves
+    no empty folder); refused when it already holds a run with another identity (a pinned `run_dir=`
+    whose inputs changed), naming what changed."""
     path = Path(cfg.run_dir) if cfg.run_dir else Path(cfg.out_root) / run_name(cfg)
-    path.mkdir(parents=True, exist_ok=True)
+    meta = path / "run.json"
+    if meta.is_file():
+        try:
+            held = json.loads(meta.read_text())
+        except ValueError:
+            held = {}
+        if held.get("identity") not in (None, run_identity(cfg)):
+            changed = changed_settings(held.get("settings", {}), identity_settings(cfg))
+            shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+            raise ConfigError(str(meta), "run_dir", f"holds run {held['identity']}, made from other inputs "
+                              f"(changed: {shown or 'the code that grades'})",
+                              "give another run_dir (or none: each identity gets its own folder), "
+                              "or delete the folder to start over")
     return path
 
 
@@ -84,9 +199,14 @@ def git_commit() -> str:
 
 
 def save_run_meta(run_dir: Path, cfg: Config) -> None:
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    """config.yaml and run.json, each replaced whole. Stages call it once their start-up checks passed,
+    so a start that fails leaves an earlier run's files as they were."""
+    write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
     meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
-    (run_dir / "run.json").write_text(json.dumps(meta, indent=2))
+    path = run_dir / "run.json"
+    if path.is_file():  # a resumed run keeps what served it (record_engine)
+        meta |= {k: v for k, v in json.loads(path.read_text()).items() if k == "engine"}
+    write_text(path, json.dumps(meta, indent=2))
 
 
 def record_engine(run_dir: Path, engine: dict[str, Any]) -> None:
@@ -94,6 +214,4 @@ def record_engine(run_dir: Path, engine: dict[str, Any]) -> None:
     path = run_dir / "run.json"
     meta = json.loads(path.read_text()) if path.is_file() else {}
     meta["engine"] = engine
-    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    staging.write_text(json.dumps(meta, indent=2))
-    os.replace(staging, path)
+    write_text(path, json.dumps(meta, indent=2))

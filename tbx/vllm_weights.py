@@ -26,6 +26,22 @@ INDEX = "model.safetensors.index.json"
 EMBEDDINGS = "model.embed_tokens.weight"
 
 
+def weights_fingerprint(directory: str | Path) -> str:
+    """A fingerprint of the weights in `directory`: its weight files' names, sizes, first and last MiB.
+    Cheap for a 70B model (a few MiB read), different for any trained copy (every tensor moves)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).glob("*.safetensors")) + sorted(Path(directory).glob("*.bin")):
+        size = path.stat().st_size
+        digest.update(f"{path.name}|{size}|".encode())
+        with open(path, "rb") as handle:
+            digest.update(handle.read(1 << 20))
+            handle.seek(max(0, size - (1 << 20)))
+            digest.update(handle.read(1 << 20))
+    return digest.hexdigest()[:12]
+
+
 def ties_embeddings(directory: Path) -> bool:
     config = json.loads((directory / "config.json").read_text())
     text = config.get("text_config") or {}

@@ -58,7 +58,8 @@ def fill(engine: Engine, metadata: MetaData, rows: Mapping[str, Sequence[dict[st
                 conn.execute(insert(table), [dict(r) for r in run])
 
 
-def make_backend(kind: str, url: str | None, workdir: str) -> Backend:
+def make_backend(kind: str, url: str | None, workdir: str, statement_timeout_s: float | None = None) -> Backend:
+    """The backend of `kind`; PostgreSQL statements are cut after `statement_timeout_s` (None: never)."""
     if kind == "sqlite":
         from tbx.backend.sqlite import SQLiteBackend
 
@@ -69,5 +70,5 @@ def make_backend(kind: str, url: str | None, workdir: str) -> Backend:
                               "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
         from tbx.backend.postgres import PostgresBackend
 
-        return PostgresBackend(url)
+        return PostgresBackend(url, statement_timeout_s)
     raise ConfigError("conf/backend", "backend.kind", f"is {kind!r}", "use backend=sqlite or backend=postgres")

@@ -18,6 +18,11 @@ Building races between processes are settled by the rename: the loser's `ALTER D
 RENAME` fails because the name is taken, and it drops its own copy. Episode engines use
 `NullPool`: an episode makes a few tool calls between long model turns, so holding an idle
 server connection for each of hundreds of live episodes costs more than a ~2-6 ms reconnect.
+
+Episode and build databases carry their owner process in their names (`tbx.owner`); a new backend
+connects at once (an unreachable `backend.url` is a `ConfigError`, one line) and drops the ones of
+processes on this host that are gone, so killed runs leave no databases behind. Every connection
+has a connect timeout and `statement_timeout`, so a hung query ends on the server's side too.
 """
 
 from __future__ import annotations
@@ -31,15 +36,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import URL, Engine, MetaData, create_engine, make_url, text
-from sqlalchemy.exc import DBAPIError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DBAPIError, ProgrammingError
 from sqlalchemy.pool import NullPool
 
 from tbx.backend.base import Backend, EpisodeDatabase, fill
 from tbx.errors import ConfigError, InfraError
+from tbx.owner import Owner, this_process
 
 TEMPLATE_PREFIX = "tbx_tpl_"
 EPISODE_PREFIX = "tbx_ep_"
 BUILD_PREFIX = "tbx_tmp_"
+CONNECT_TIMEOUT_S = 10  # a server that does not answer is reported, not waited for
 _PLAIN_KEY = re.compile(r"[a-z0-9_]{1,40}")  # fits in PostgreSQL's 63-byte identifiers with the prefix
 
 
@@ -60,16 +67,37 @@ class PostgresBackend(Backend):
 
     kind = "postgres"
 
-    def __init__(self, url: str):
-        self.url: URL = make_url(url)
+    def __init__(self, url: str, statement_timeout_s: float | None = None):
+        try:
+            self.url: URL = make_url(url)
+        except ArgumentError:
+            raise ConfigError("conf/backend/postgres.yaml", "backend.url", f"{url!r} is not a database URL",
+                              "use a URL like postgresql+psycopg://USER@HOST:PORT/postgres") from None
         if not self.url.drivername.startswith("postgresql"):
             raise ConfigError("conf/backend/postgres.yaml", "backend.url", f"has driver {self.url.drivername!r}",
                               "use a URL like postgresql+psycopg://USER@HOST:PORT/postgres")
-        self.admin = create_engine(self.url, isolation_level="AUTOCOMMIT", pool_size=1, max_overflow=4)
+        limit_ms = int((statement_timeout_s or 0) * 1000)  # 0: no limit
+        self._connect_args = {"connect_timeout": CONNECT_TIMEOUT_S, "options": f"-c statement_timeout={limit_ms}"}
+        self.admin = create_engine(self.url, isolation_level="AUTOCOMMIT", pool_size=1, max_overflow=4,
+                                   connect_args=self._connect_args)
         self._quote = self.admin.dialect.identifier_preparer.quote_identifier
         self._build_lock = threading.Lock()  # one template build at a time in this process
         self._clone_lock = threading.Lock()  # clones of one server, one at a time (see clone)
         self._live: set[str] = set()  # episode databases made here and not dropped yet
+        try:
+            self.swept = self.sweep_stale()
+        except InfraError as exc:
+            raise ConfigError("conf/backend/postgres.yaml", "backend.url", str(exc),
+                              "start the server (scripts/pg_local.sh start) or fix backend.url") from None
+
+    def sweep_stale(self) -> int:
+        """Drop episode and build databases whose owner process (on this host) is gone; return how many."""
+        rows = self._admin("SELECT datname FROM pg_database WHERE datname LIKE :ep OR datname LIKE :tmp",
+                           ep=EPISODE_PREFIX + "%", tmp=BUILD_PREFIX + "%")
+        stale = [name for (name,) in rows if (owner := Owner.parse(name)) is not None and owner.gone()]
+        for name in stale:
+            self._drop_database(name)
+        return len(stale)
 
     # -- admin statements -------------------------------------------------------------------
 
@@ -127,11 +155,11 @@ class PostgresBackend(Backend):
 
     def _build(self, name: str, metadata: MetaData, rows: Mapping[str, Sequence[dict[str, Any]]]) -> None:
         """Fill a temporary database and rename it to `name`; a concurrent builder may win."""
-        temporary = BUILD_PREFIX + uuid.uuid4().hex
+        temporary = f"{BUILD_PREFIX}{this_process().tag}_{uuid.uuid4().hex[:12]}"
         quoted = self._quote(temporary)
         self._admin(f"CREATE DATABASE {quoted}")
         try:
-            engine = create_engine(self.database_url(temporary), poolclass=NullPool)
+            engine = create_engine(self.database_url(temporary), poolclass=NullPool, connect_args=self._connect_args)
             try:
                 fill(engine, metadata, rows)
                 advance_sequences(engine, metadata)
@@ -155,7 +183,7 @@ class PostgresBackend(Backend):
             raise
 
     def clone(self, template: str) -> EpisodeDatabase:
-        name = EPISODE_PREFIX + uuid.uuid4().hex
+        name = f"{EPISODE_PREFIX}{this_process().tag}_{uuid.uuid4().hex[:12]}"
         # Serialised: the copy runs inside the server either way, and one at a time keeps the
         # template's lock short and the server's I/O orderly when many episodes start together.
         with self._clone_lock:
@@ -166,10 +194,11 @@ class PostgresBackend(Backend):
             self._live.add(name)
         url = self.database_url(name)
         return EpisodeDatabase(url=url.render_as_string(hide_password=False),
-                               engine=create_engine(url, poolclass=NullPool), name=name)
+                               engine=create_engine(url, poolclass=NullPool, connect_args=self._connect_args),
+                               name=name)
 
     def open_reader(self, db: EpisodeDatabase) -> Engine:
-        return create_engine(self.database_url(db.name), poolclass=NullPool)
+        return create_engine(self.database_url(db.name), poolclass=NullPool, connect_args=self._connect_args)
 
     def drop(self, db: EpisodeDatabase) -> None:
         db.engine.dispose()

@@ -3,6 +3,11 @@
 Measured here (see README): a file copy of a ~100 KB template and a new engine cost well under a
 millisecond, cheaper than rebuilding the schema (tens of ms) and as cheap as the backup API into
 `:memory:`, while leaving a real file that the grader opens through its own connection.
+
+Each backend keeps its episode files in a folder named after its owner process (`tbx.owner`), and a
+new backend removes the folders (and half-built templates) of processes on this host that are gone,
+so a killed run leaves nothing behind once anything starts again. Dropping an episode database
+interrupts what its connections still run (a hung tool call or dump whose wait was cut).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from sqlalchemy import Engine, MetaData, create_engine, event
 from sqlalchemy.pool import NullPool, StaticPool
 
 from tbx.backend.base import Backend, EpisodeDatabase, fill
+from tbx.owner import Owner, this_process
 
 # SQLite stores Numeric as REAL; money columns come back as Decimal through SQLAlchemy and the
 # canonical state normalises them, so the dialect's warning about it is noise here.
@@ -26,9 +32,10 @@ warnings.filterwarnings("ignore", message=r"Dialect sqlite\+pysqlite does \*not\
 
 
 
-def sqlite_engine(path: Path, shared: bool = False) -> Engine:
+def sqlite_engine(path: Path, shared: bool = False, opened: list | None = None) -> Engine:
     """An engine on one SQLite file. `shared`: one connection reused for every checkout (an
-    episode's tool calls run one at a time), which saves opening the file per call."""
+    episode's tool calls run one at a time), which saves opening the file per call. `opened`
+    collects the driver's connections (to interrupt them)."""
     if shared:
         engine = create_engine(f"sqlite:///{path}", poolclass=StaticPool,
                                connect_args={"check_same_thread": False})
@@ -37,6 +44,8 @@ def sqlite_engine(path: Path, shared: bool = False) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):  # noqa: ANN001 - SQLAlchemy's hook signature
+        if opened is not None:
+            opened.append(dbapi_conn)
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA synchronous=OFF")  # an episode DB is disposable
@@ -51,14 +60,17 @@ class SQLiteBackend(Backend):
     def __init__(self, workdir: str):
         self.root = Path(workdir)
         self.templates = self.root / "templates"
-        self.episodes = self.root / "episodes" / f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # this instance's own
+        # this instance's own folder, named after its owner so that leftovers of dead processes are known
+        self.episodes = self.root / "episodes" / f"{this_process().tag}-{uuid.uuid4().hex[:8]}"
         self.templates.mkdir(parents=True, exist_ok=True)
         self.episodes.mkdir(parents=True, exist_ok=True)
+        self.swept = sweep_stale(self.root)
+        self._opened: dict[str, list] = {}  # episode database -> driver connections opened on it
 
     def ensure_template(self, key: str, metadata: MetaData, rows: Mapping[str, Sequence[dict[str, Any]]]) -> str:
         path = self.templates / f"{key}.sqlite"
         if not path.exists():
-            partial = path.with_suffix(f".{uuid.uuid4().hex}.partial")
+            partial = path.with_suffix(f".{this_process().tag}-{uuid.uuid4().hex[:8]}.partial")
             engine = sqlite_engine(partial)
             try:
                 fill(engine, metadata, rows)
@@ -71,14 +83,37 @@ class SQLiteBackend(Backend):
         name = uuid.uuid4().hex
         path = self.episodes / f"{name}.sqlite"
         shutil.copyfile(template, path)
-        return EpisodeDatabase(url=f"sqlite:///{path}", engine=sqlite_engine(path, shared=True), name=name)
+        self._opened[name] = []
+        return EpisodeDatabase(url=f"sqlite:///{path}", engine=sqlite_engine(path, True, self._opened[name]),
+                               name=name)
 
     def open_reader(self, db: EpisodeDatabase) -> Engine:
-        return sqlite_engine(Path(db.url.removeprefix("sqlite:///")))
+        return sqlite_engine(Path(db.url.removeprefix("sqlite:///")), opened=self._opened.get(db.name))
 
     def drop(self, db: EpisodeDatabase) -> None:
+        for connection in self._opened.pop(db.name, []):
+            try:
+                connection.interrupt()  # stops a statement a cut-off call left running; idle ones ignore it
+            except Exception:  # noqa: BLE001 - a closed connection has nothing to stop
+                pass
         db.engine.dispose()
         Path(db.url.removeprefix("sqlite:///")).unlink(missing_ok=True)
 
     def close(self) -> None:
         shutil.rmtree(self.episodes, ignore_errors=True)
+
+
+def sweep_stale(root: Path) -> int:
+    """Remove episode folders and half-built templates under `root` whose owner process (on this host)
+    is gone; return how many. Live processes' files and other hosts' are left alone."""
+    removed = 0
+    for item in [*(root / "episodes").glob("*"), *(root / "templates").glob("*.partial")]:
+        owner = Owner.parse(item.name)
+        if owner is None or not owner.gone():
+            continue
+        if item.is_dir():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+        removed += 1
+    return removed

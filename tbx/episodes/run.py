@@ -2,28 +2,34 @@
 simulated user talk until the user ends it or the turn limit is hit, then grade the terminal
 state through a separate connection.
 
-Every way an episode can break maps to one typed outcome; an error is never a failure.
+Every way an episode can end maps to one typed outcome (the table is in docs/guarantees.md). What the
+agent's own turn causes (`AgentFault`: a context overflow, a request of its messages the endpoint
+refuses, a provider's filter, a turn past `turn_timeout_s`) ends the conversation like the turn limit
+and the state is graded; what the harness, the network or a server causes is an error outcome, never
+a failure. Every wait is bounded; blocking database work runs off the event loop (`tbx.waits`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import time
 from functools import cache
 
-from tbx.backend import Backend, dump_state
+from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_delta
 from tbx.catalog import TaskRuntime, source_hash
 from tbx.config import FaultsConfig
 from tbx.episodes.record import EpisodeResult, Outcome
-from tbx.errors import InfraError, UserSimError, VerifierError
-from tbx.faults import EpisodeFaults, bounded
+from tbx.errors import AgentFault, InfraError, UserSimError, VerifierError
+from tbx.faults import EpisodeFaults
 from tbx.grading import grade_state
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
 from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 from tbx.users.base import UserSimulator
+from tbx.waits import bounded, off_loop
 
 
 @cache
@@ -48,20 +54,42 @@ class _Transcript:
         self.usage = {"agent": Usage(), "user": Usage(), "judge": Usage()}
         self.counts = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "malformed_calls": 0}
         self.user_end = ""  # why the user ended it: completed | cannot_help | patience | user
+        self.ending = ""  # how the agent's own turn ended the conversation, when it did (AgentFault)
+
+
+async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | None):  # noqa: ANN001, ANN202
+    """The agent's next turn, bounded by `turn_timeout_s`. Raises `AgentFault` for an end the agent's
+    turn caused; a first-turn refusal is the harness's (the request held nothing of the agent's yet)."""
+    limit = asyncio.timeout(turn_timeout_s)
+    try:
+        async with limit:
+            return await agent.act(log.messages, schemas)
+    except TimeoutError as exc:
+        if not limit.expired():
+            raise InfraError(f"policy failed: {exc!r}") from exc
+        raise AgentFault("turn_timeout", f"the agent's turn took longer than {turn_timeout_s:g} s") from None
+    except AgentFault as fault:
+        if fault.reason == "request_refused" and log.counts["turns"] == 1:
+            raise InfraError(f"the model endpoint refused the harness's first request (system prompt, tools and "
+                             f"opening only; check the model settings): {fault.detail}") from fault
+        raise
+    except InfraError:
+        raise
+    except Exception as exc:  # a policy crash is the harness's fault, not the agent's
+        raise InfraError(f"policy failed: {exc!r}") from exc
 
 
 async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
-                    max_turns: int | None, timeout_s: float | None) -> str:
-    """Run the dialogue; return what ended it (user_stop | turn_limit)."""
+                    max_turns: int | None, timeout_s: float | None, turn_timeout_s: float | None) -> str:
+    """Run the dialogue; return what ended it (user_stop | turn_limit | an `AgentFault` reason)."""
     limit = runtime.task.turn_limit if max_turns is None else min(runtime.task.turn_limit, max_turns)
     for _ in range(limit):
         log.counts["turns"] += 1
         try:
-            turn = await agent.act(log.messages, tools.schemas)
-        except InfraError:
-            raise
-        except Exception as exc:  # a policy crash is the harness's fault, not the agent's
-            raise InfraError(f"policy failed: {exc!r}") from exc
+            turn = await _agent_turn(agent, log, tools.schemas, turn_timeout_s)
+        except AgentFault as fault:
+            log.ending = fault.detail
+            return fault.reason
         log.usage["agent"] += turn.usage
         log.messages.append(turn.as_message())
         for raw in turn.malformed:
@@ -107,14 +135,40 @@ async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, ti
     return verdicts
 
 
+async def _final_state(runtime: TaskRuntime, backend: Backend, db, chaos: EpisodeFaults,  # noqa: ANN001
+                       timeout_s: float | None) -> State:
+    """The terminal state, dumped through the grader's own connection (off the event loop, bounded)."""
+    reader = backend.open_reader(db)
+    try:
+        await chaos.connect(timeout_s)
+        return await bounded(off_loop(dump_state, reader, runtime.domain.metadata), timeout_s, InfraError,
+                             "the terminal-state dump")
+    except Exception as exc:
+        raise InfraError(f"could not read the terminal state: {exc}") from exc
+    finally:
+        reader.dispose()
+
+
+async def _verdict(runtime: TaskRuntime, final: State, judge: Judge | None, log: _Transcript,
+                   timeout_s: float | None) -> tuple[Outcome, str, dict]:
+    verdicts = await _judge(runtime, judge, log, timeout_s)
+    task = runtime.task
+    result = grade_state(runtime.initial, final, runtime.expected, runtime.volatile, task.checks.loose,
+                         task.checks.judge, verdicts)
+    outcome = Outcome.EXCLUDED if result.passed is None else Outcome.SUCCESS if result.passed else Outcome.FAILURE
+    cause = f"{log.ending}; {result.explain()}" if log.ending else result.explain()
+    return outcome, cause, result.to_dict()
+
+
 async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
                       judge: Judge | None, attempt: int, seed: int, max_turns: int | None = None,
                       call_timeout_s: float | None = None, faults: FaultsConfig | None = None,
-                      fault_seed: int | None = None) -> EpisodeResult:
+                      fault_seed: int | None = None, turn_timeout_s: float | None = None) -> EpisodeResult:
     """Play one attempt of a task. `max_turns` caps the task's own turn limit (small CPU runs);
-    `call_timeout_s` bounds each tool call, DB connection, user reply and judge call (None: no limit);
-    `faults` injects failures and hangs (`tbx.faults`; None: none), drawn from `fault_seed` (default
-    `seed`; a re-run of an attempt keeps its `seed` and passes another `fault_seed`)."""
+    `call_timeout_s` bounds each tool call, DB connection, clone, state dump, user reply and judge call,
+    `turn_timeout_s` each turn of the agent (None: no limit); `faults` injects failures and hangs
+    (`tbx.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
+    its `seed` and passes another `fault_seed`)."""
     task = runtime.task
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -126,7 +180,8 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
     try:
         try:
             await chaos.connect(call_timeout_s)
-            db = backend.clone(runtime.template)
+            db = await bounded(off_loop(backend.clone, runtime.template), call_timeout_s, InfraError,
+                               "the database server")
         except Exception as exc:
             raise InfraError(f"could not clone the task database: {exc}") from exc
         timings["clone"] = time.perf_counter() - start
@@ -135,25 +190,13 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         agent = policy.agent(EpisodeContext(task, attempt, seed))
         async with open_tool_session(server, infra, call_timeout_s) as tools:
             timings["session"] = time.perf_counter() - start - timings["clone"]
-            ended_by = await _converse(runtime, tools, agent, user, log, max_turns, call_timeout_s)
+            ended_by = await _converse(runtime, tools, agent, user, log, max_turns, call_timeout_s, turn_timeout_s)
             timings["tools"] = tools.seconds
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
-        reader = backend.open_reader(db)
-        try:
-            await chaos.connect(call_timeout_s)
-            final = dump_state(reader, runtime.domain.metadata)
-        except Exception as exc:
-            raise InfraError(f"could not read the terminal state: {exc}") from exc
-        finally:
-            reader.dispose()
+        final = await _final_state(runtime, backend, db, chaos, call_timeout_s)
         delta = state_delta(runtime.initial, final)
-        verdicts = await _judge(runtime, judge, log, call_timeout_s)
-        result = grade_state(runtime.initial, final, runtime.expected, runtime.volatile, task.checks.loose,
-                             task.checks.judge, verdicts)
-        grade = result.to_dict()
-        outcome = Outcome.EXCLUDED if result.passed is None else Outcome.SUCCESS if result.passed else Outcome.FAILURE
-        cause = result.explain()
+        outcome, cause, grade = await _verdict(runtime, final, judge, log, call_timeout_s)
         timings["grade"] = time.perf_counter() - mark
     except InfraError as exc:
         outcome, cause, ended_by = Outcome.INFRA_ERROR, str(exc), "error"

@@ -39,6 +39,7 @@ from submitit.helpers import Checkpointable
 from submitit.local.debug import DebugJob
 
 from tbx.config import Config
+from tbx.durable import is_disk_error, unwritable
 from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
@@ -79,6 +80,18 @@ class StageFailure:
         return self.kind(self.source, self.field, self.problem, self.fix)
 
 
+def stopping_error(exc: InfraError | OSError) -> InputError:
+    """A failure outside any episode as the one-line error that ends the stage: a disk that refused a
+    write, or a service that failed for good (after its own retries) while the run was going. The run
+    resumes when the same command runs again. Any other OSError is a bug and keeps its traceback."""
+    if isinstance(exc, InfraError):
+        return ConfigError("(the run)", "(a service it uses)", str(exc).splitlines()[0],
+                           "check that service, then run the same command again: the run resumes")
+    if is_disk_error(exc):
+        return unwritable(exc.filename or "(a run file)", exc)
+    raise exc
+
+
 class StageJob(Checkpointable):
     """One stage as a job. `checkpoint()` (from Checkpointable) resubmits it unchanged: the rerun
     resumes from the results store."""
@@ -88,7 +101,10 @@ class StageJob(Checkpointable):
 
     def __call__(self) -> Any:
         try:
-            return call_preemptible(run_stage, self.cfg)  # a preemption waits for the event loop to unwind
+            try:
+                return call_preemptible(run_stage, self.cfg)  # a preemption waits for the event loop to unwind
+            except (InfraError, OSError) as exc:
+                raise stopping_error(exc) from exc
         except InputError as exc:
             if "SUBMITIT_LOCAL_JOB_ID" in os.environ or "SLURM_JOB_ID" in os.environ:  # the job's log; here
                 print(f"error: {exc}", file=sys.stderr)  # in launch.py's process, launch.py prints it once

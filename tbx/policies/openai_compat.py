@@ -4,17 +4,42 @@ The agent sends the conversation and the MCP tool schemas, and reads the reply w
 parser (`tbx.policies.parsing`), the same one the local model and the verl bridge use, so native
 `tool_calls`, hermes `<tool_call>` text and reasoning are read identically in evaluation and
 training. An endpoint failure raises `InfraError`; the episode loop maps it to `infra_error`.
+
+Except when the agent's own request caused it (`agent_fault`): a refusal for a conversation longer
+than the model's context window, any other refusal of the request's content (400, 413, 422), and a
+provider's content filter (a refusal naming it, or `finish_reason: content_filter`) end the
+conversation as the agent's (`AgentFault`), so a model with a small window is not scored only on
+the episodes it could fit. Refusals of the endpoint itself (401, 403, 404, 429, 5xx) stay errors.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from tbx.config import Config, EndpointConfig
-from tbx.llm_client import ChatClient, to_openai_messages
+from tbx.errors import AgentFault
+from tbx.llm_client import ChatClient, EndpointError, to_openai_messages
 from tbx.messages import AssistantTurn, Message, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
+
+AGENT_STATUSES = frozenset({400, 413, 422})  # the request's content was refused, not the endpoint's state
+_CONTEXT = re.compile(r"context.(length|window)|maximum context|too many tokens|prompt is too long|input is too "
+                      r"long|reduce the length|longer than the model|max_tokens.{0,40}too large", re.IGNORECASE)
+_FILTER = re.compile(r"content.(filter|management|policy)|responsible.?ai|safety system|flagged", re.IGNORECASE)
+
+
+def agent_fault(error: EndpointError) -> AgentFault | None:
+    """The agent's end an endpoint refusal stands for (pure), or None when it is the endpoint's error."""
+    if error.status not in AGENT_STATUSES:
+        return None
+    detail = f"HTTP {error.status}: {error.body or error}"
+    if error.status == 413 or _CONTEXT.search(error.body):
+        return AgentFault("context_overflow", detail)
+    if _FILTER.search(error.body):
+        return AgentFault("content_filter", detail)
+    return AgentFault("request_refused", detail)
 
 
 class OpenAIPolicy(Policy):
@@ -72,8 +97,16 @@ class OpenAIAgent(Agent):
         overrides: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
         if self.chat_template_kwargs:  # only when set: providers may reject a field they do not know
             overrides["chat_template_kwargs"] = self.chat_template_kwargs
-        result = await self.client.chat(to_openai_messages(messages), [t.to_openai() for t in tools] or None,
-                                        **overrides)
+        try:
+            result = await self.client.chat(to_openai_messages(messages), [t.to_openai() for t in tools] or None,
+                                            **overrides)
+        except EndpointError as error:
+            fault = agent_fault(error)
+            if fault is None:
+                raise
+            raise fault from error
+        if result.finish_reason == "content_filter":
+            raise AgentFault("content_filter", "the provider's filter stopped the reply (finish_reason content_filter)")
         parsed = parse_openai_message(result.message)
         return AssistantTurn(content=parsed.content, tool_calls=tuple(parsed.tool_calls), usage=result.usage,
                              malformed=tuple(parsed.malformed))

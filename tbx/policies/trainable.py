@@ -95,19 +95,16 @@ class TrainablePolicy(VLLMPolicy):
                                     f"{self.weights_version}: the server's weights changed under the step")
 
     def save_final(self, folder: Path) -> Path:
-        """A plain Hugging Face folder (LoRA merged in) that `model.path=` loads for evaluation."""
+        """A plain Hugging Face folder (LoRA merged in) that `model.path=` loads for evaluation; the
+        caller publishes it atomically."""
         model = self.model
         if hasattr(model, "merge_and_unload"):
             import copy
 
             model = copy.deepcopy(model).merge_and_unload()
-        staging = folder.with_name(f".{folder.name}.partial")
-        shutil.rmtree(staging, ignore_errors=True)
-        model.save_pretrained(staging, safe_serialization=True)
-        self.tokenizer.save_pretrained(staging)
-        if folder.exists():
-            shutil.rmtree(folder)
-        staging.rename(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        model.save_pretrained(folder, safe_serialization=True)
+        self.tokenizer.save_pretrained(folder)
         return folder
 
 

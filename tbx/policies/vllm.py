@@ -19,7 +19,6 @@ An endpoint failure, a dead server included, raises `InfraError`; the episode be
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from tbx.policies.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.policies.prompting import Demonstration, check_tool_format, demonstrations_for, fit_prompt
 from tbx.vllm_server import VLLMServer, shared_server
 from tbx.vllm_spec import spec_for
-from tbx.vllm_weights import serving_folder
+from tbx.vllm_weights import serving_folder, weights_fingerprint
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")  # end a turn wherever the vocabulary has them
 GENERATE_PATH = "/inference/v1/generate"
@@ -62,17 +61,8 @@ class Turn:
 
 
 def folder_version(name: str, directory: str | Path) -> str:
-    """A label for the weights in `directory`: the model's name and a fingerprint of its weight files
-    (names, sizes, first and last MiB), cheap for a 70B model and different for any trained copy."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(directory).glob("*.safetensors")) + sorted(Path(directory).glob("*.bin")):
-        size = path.stat().st_size
-        digest.update(f"{path.name}|{size}|".encode())
-        with open(path, "rb") as handle:
-            digest.update(handle.read(1 << 20))
-            handle.seek(max(0, size - (1 << 20)))
-            digest.update(handle.read(1 << 20))
-    return f"{name}@{digest.hexdigest()[:12]}"
+    """A label for the weights in `directory`: the model's name and their fingerprint."""
+    return f"{name}@{weights_fingerprint(directory)}"
 
 
 class TokenClient(ChatClient):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tbx.durable import write_text
 from tbx.report.data import RunData, RunStats, compute_stats
 from tbx.report.figures import attempt_grid_figure, curves_figure, domain_heatmap_figure, pick_changed_tasks
 from tbx.report.tables import Table, before_after_table, cost_table, pct, side_by_side_table
@@ -107,5 +108,5 @@ def render_report(runs: Sequence[RunData], out_dir: Path | str, *, rng: np.rando
     for caption, path in figures:
         parts += [f"![{caption}]({path.name})", "", f"*{caption}.*", ""]
     markdown_path = out / "report.md"
-    markdown_path.write_text("\n".join(parts))
+    write_text(markdown_path, "\n".join(parts))
     return ReportFiles(markdown_path, tuple(path for _, path in figures), tables)

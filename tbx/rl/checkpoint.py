@@ -2,7 +2,9 @@
 group sampler's position, every random generator, and the step.
 
 A checkpoint is written to a temporary folder and renamed into place, so a kill mid-write
-leaves the previous checkpoint intact.
+leaves the previous checkpoint intact; its file, the folder entries and the `latest.json` pointer
+are flushed to the disk (fsync) before each rename, so a machine crash cannot leave a pointer to a
+checkpoint whose data never reached the disk.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from tbx.durable import fsync_path
 
 LATEST = "latest.json"
 
@@ -40,10 +44,16 @@ def save_checkpoint(folder: Path, step: int, model: torch.nn.Module, optimizer: 
     trainable = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
     torch.save({"step": step, "trainable": trainable, "optimizer": optimizer.state_dict(), "rng": rng_state(),
                 "extra": extra}, partial / "state.pt")
+    fsync_path(partial / "state.pt")
+    fsync_path(partial)
     shutil.rmtree(final, ignore_errors=True)
     partial.rename(final)
-    (folder / f"{LATEST}.partial").write_text(json.dumps({"step": step, "path": final.name}))
-    (folder / f"{LATEST}.partial").replace(folder / LATEST)
+    fsync_path(folder)
+    pointer = folder / f"{LATEST}.partial"
+    pointer.write_text(json.dumps({"step": step, "path": final.name}))
+    fsync_path(pointer)
+    pointer.replace(folder / LATEST)
+    fsync_path(folder)
     return final
 
 

@@ -35,7 +35,9 @@ def build_judge(cfg: Config):  # noqa: ANN201 - returns a Judge or None
 
 
 def build_backend(cfg: Config) -> Backend:
-    return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir)
+    """The run's backend. Its statements are bounded like every other call of an episode; the admin
+    URL's server is reached at once, so an unreachable one stops the start with one line."""
+    return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir, cfg.eval.call_timeout_s)
 
 
 def episode_cost(cfg: Config, usage: dict[str, Usage]) -> float:

@@ -10,6 +10,7 @@ resumes exactly: rounds are recomputed from what is stored, and nothing final ru
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from tbx.adaptive import StoppingRule, should_stop
 from tbx.catalog import resolve_tasks
 from tbx.config import Config
 from tbx.difficulty import describe
-from tbx.errors import ConfigError
+from tbx.durable import write_text
+from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
 from tbx.preemption import run_loop
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
@@ -67,6 +69,7 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
     n_max, edges = cfg.probe.attempts, cfg.difficulty.edges
     if not cfg.probe.adaptive:
         await run_campaign(cfg, runtimes, store, backend, {t: range(n_max) for t in runtimes}, "probe", run_dir)
+        store.refresh()
         return 1
     strategies = decision_strategies(cfg)
     done: set[str] = set()
@@ -77,6 +80,7 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
             return rounds
         rounds += 1
         await run_campaign(cfg, runtimes, store, backend, active, f"probe r{rounds} (n={target})", run_dir)
+        store.refresh()  # the round's attempts other processes played: every process decides alike
         # a resumed probe may hold attempts of a later round (killed mid-round): the decision counts
         # only this round's attempts, so it is the one the uninterrupted probe made at this n
         tallies = counts(store, below=target)
@@ -88,21 +92,26 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
 
 
 def run_probe(cfg: Config) -> dict[str, Any]:
+    """Start-up checks first (tasks, backend, store): a failing start leaves an earlier run as it was."""
     rule = validate_probe(cfg)
-    tasks = resolve_tasks(cfg.tasks)[cfg.eval.shard :: cfg.eval.num_shards]
+    every_task = resolve_tasks(cfg.tasks)
+    tasks = every_task[cfg.eval.shard :: cfg.eval.num_shards]
     if not tasks:
         raise ConfigError("conf/tasks", "tasks", "the task set is empty", "pick a task set with tasks=...")
-    run_dir = resolve_run_dir(cfg)
-    save_run_meta(run_dir, cfg)
-    store = open_store(cfg.store.url, run_dir, run_identity(cfg), "probe")
+    identity = run_identity(cfg, every_task)
     backend = build_backend(cfg)
     try:
-        runtimes = prepare_all(tasks, backend)
-        write_runtimes(run_dir / "tasks.jsonl", runtimes)
-        rounds = run_loop(_probe(cfg, runtimes, store, backend, rule, run_dir))
+        run_dir = resolve_run_dir(cfg)
+        store = open_store(cfg.store.url, run_dir, identity, "probe", cfg.store.timeout_s)
+        try:
+            runtimes = prepare_all(tasks, backend)
+            save_run_meta(run_dir, cfg)
+            write_runtimes(run_dir / "tasks.jsonl", runtimes)
+            rounds = run_loop(_probe(cfg, runtimes, store, backend, rule, run_dir))
+        finally:
+            store.close()
     finally:
         backend.close()
-        store.close()
     tallies = counts(store)
     per_task = {}
     for task_id, (k, n) in sorted(tallies.items()):
@@ -119,7 +128,7 @@ def run_probe(cfg: Config) -> dict[str, Any]:
         "cost_usd": sum(r.get("cost_usd", 0.0) for r in store.records),
         "tasks": per_task,
     }
-    (run_dir / "probe.json").write_text(json.dumps(summary, indent=2))
+    write_text(run_dir / "probe.json", json.dumps(summary, indent=2))
     with stage_sink(cfg, run_dir) as sink:
         sink.log({"probe/episodes": episodes, "probe/episodes_share_of_fixed_n": summary["episodes_share_of_fixed_n"],
                   "probe/cost_usd": summary["cost_usd"]} | {f"probe/band/{b}": c for b, c in summary["bands"].items()})
@@ -129,4 +138,8 @@ def run_probe(cfg: Config) -> dict[str, Any]:
           f"({100 * summary['episodes_share_of_fixed_n']:.0f}% of fixed n={cfg.probe.attempts}), "
           f"{rounds} round(s) -> {run_dir}")
     print("bands: " + ", ".join(f"{name}: {count}" for name, count in summary["bands"].items()))
+    if episodes and all(v["n"] == 0 for v in per_task.values()):
+        print(f"no attempt reached a verdict ({summary['error_tries']} error tries): no task has a band",
+              file=sys.stderr)
+        summary["exit_code"] = EXIT_NO_VERDICT
     return summary

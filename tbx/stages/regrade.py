@@ -14,6 +14,7 @@ from typing import Any
 
 from tbx.backend.state import apply_delta
 from tbx.config import Config
+from tbx.durable import write_text
 from tbx.episodes.record import Outcome
 from tbx.errors import ConfigError
 from tbx.grading import grade_state
@@ -70,9 +71,9 @@ def run_regrade(cfg: Config) -> dict[str, Any]:
             mismatches.append({"task_id": record["task_id"], "attempt": record["attempt"],
                                "stored": record["outcome"], "regraded": outcome})
     summary = {"run_dir": str(run_dir), "checked": checked, "reproduced": reproduced, "mismatches": mismatches}
-    (run_dir / "regrade.json").write_text(json.dumps(summary, indent=2))
+    write_text(run_dir / "regrade.json", json.dumps(summary, indent=2), "regrade.run_dir")
     if cfg.summary_path:
-        Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
+        write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
     print(f"regrade {run_dir}: {reproduced}/{checked} verdicts reproduced, {len(mismatches)} differ")
     for item in mismatches[:20]:
         print(f"  {item['task_id']} attempt {item['attempt']}: stored {item['stored']}, now {item['regraded']}")

@@ -12,24 +12,21 @@ changes during a run.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from tbx.config import Config
 from tbx.difficulty import describe, validate_band_names, validate_edges
+from tbx.durable import write_text
 from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
-from tbx.pool import PoolStrategy, select_pool
+from tbx.pool import PoolStrategy, manifest_hash, select_pool
 from tbx.runs import resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
-
-
-def manifest_hash(manifest: dict[str, Any]) -> str:
-    body = {k: v for k, v in manifest.items() if k != "hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def probe_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -67,10 +64,11 @@ def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) 
                              "interval": None if d is None else list(d.interval),
                              "masses": None if d is None else list(d.masses)})
     probe_meta = json.loads((probe_dir / "run.json").read_text())
+    probe_tasks = yaml.safe_load((probe_dir / "config.yaml").read_text())["tasks"]  # as run, paths included
     manifest = {
         "version": 1,
         "probe_run": str(probe_dir.resolve()), "probe_run_id": probe_meta["identity"],
-        "probe_settings": probe_meta["settings"],
+        "probe_settings": probe_meta["settings"] | {"tasks": probe_tasks},
         "pool": dataclasses.asdict(cfg.pool), "difficulty": dataclasses.asdict(cfg.difficulty),
         "kept": list(selection.kept), "dropped": list(selection.dropped), "no_verdict": unjudged,
         "band_counts": dict(zip(names, selection.band_counts, strict=True)),
@@ -105,10 +103,9 @@ def run_select(cfg: Config) -> dict[str, Any]:
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
     text = json.dumps(manifest, indent=2)
-    (run_dir / "pool.json").write_text(text)
+    write_text(run_dir / "pool.json", text)
     if cfg.select.manifest_path:
-        Path(cfg.select.manifest_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.select.manifest_path).write_text(text)
+        write_text(cfg.select.manifest_path, text, "select.manifest_path")
     difficulties = {row["id"]: describe(row["k"], row["n"], cfg.difficulty.edges)
                     for row in manifest["tasks"] if row["n"] > 0}
     plot_band_histogram(difficulties, cfg.difficulty.edges, cfg.difficulty.names, manifest["kept"],

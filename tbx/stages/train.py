@@ -20,14 +20,15 @@ import json
 import random
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from tbx.catalog import resolve_tasks
-from tbx.config import Config, TasksConfig
+from tbx.catalog import load_manifest as read_manifest
+from tbx.catalog import manifest_tasks
+from tbx.config import Config
+from tbx.durable import publish_folder, write_text
 from tbx.errors import ConfigError
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.preemption import run_loop
@@ -43,17 +44,7 @@ from tbx.store import open_store
 
 
 def load_manifest(path: str | None) -> dict[str, Any]:
-    if not path:
-        raise ConfigError("conf/config.yaml", "train.pool", "is empty", "give train.pool=<select run>/pool.json")
-    file = Path(path)
-    if not file.is_file():
-        raise ConfigError(path, "train.pool", "no such file", "give the pool.json that stage=select wrote")
-    manifest = json.loads(file.read_text())
-    from tbx.stages.select import manifest_hash
-
-    if manifest.get("hash") != manifest_hash(manifest):
-        raise ConfigError(path, "train.pool", "its content does not match its hash (edited by hand?)",
-                          "re-create it with stage=select; the pool is frozen once selected")
+    manifest = read_manifest(path, "train.pool")
     if not manifest["kept"]:
         raise ConfigError(path, "train.pool", "keeps no task", "probe more tasks or choose another pool strategy")
     return manifest
@@ -72,16 +63,7 @@ def validate_train(cfg: Config, manifest: dict[str, Any]) -> None:
                           "whose weights it can send to its rollout server", "use a model with kind: vllm")
 
 
-def pool_tasks(manifest: dict[str, Any]) -> list:
-    settings = manifest["probe_settings"]["tasks"]
-    tasks_cfg = TasksConfig(**{**settings, "limit": None, "families": [], "per_family": None})
-    kept = set(manifest["kept"])
-    tasks = [t for t in resolve_tasks(tasks_cfg) if t.id in kept]
-    missing = kept - {t.id for t in tasks}
-    if missing:
-        raise ConfigError("train.pool", "kept", f"{len(missing)} pool tasks no longer exist, e.g. {sorted(missing)[:3]}",
-                          "re-run probe and select on the current task set")
-    return tasks
+pool_tasks = manifest_tasks
 
 
 def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[TurnSample]:  # noqa: ANN001
@@ -208,7 +190,8 @@ def run_train(cfg: Config) -> dict[str, Any]:
         policy.sync_weights(start)  # the server answers with the checkpoint's weights, as it did then
         print(f"resuming {run_dir} from step {start}", file=sys.stderr)
     record_engine(run_dir, policy.engine())
-    store = open_store(cfg.store.url, run_dir, run_identity(cfg), "train")
+    store = open_store(cfg.store.url, run_dir, run_identity(cfg, tasks), "train", cfg.store.timeout_s)
+    store.lock_run(str(run_dir))  # one trainer per run: a second process stops here with one line
     # episodes a killed process stored after its last checkpoint were not trained on; they are replayed
     store.discard_from(start * STEP_STRIDE)
     backend = build_backend(cfg)
@@ -222,11 +205,11 @@ def run_train(cfg: Config) -> dict[str, Any]:
     finally:
         backend.close()
         store.close()
-    final = policy.save_final(run_dir / "final_model")
+    final = publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model")
     record_engine(run_dir, policy.engine())
     summary = {"run_dir": str(run_dir), "pool_hash": manifest["hash"], "steps": cfg.grpo.steps, "history": history,
                "final_model": str(final), "weights": policy.weights_version}
-    (run_dir / "train.json").write_text(json.dumps(summary, indent=2))
+    write_text(run_dir / "train.json", json.dumps(summary, indent=2))
     print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
     return summary
 
@@ -238,7 +221,7 @@ def _train_with_verl(cfg: Config, manifest: dict[str, Any]) -> dict[str, Any]:
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
     summary = run_verl_training(cfg, manifest, run_dir, run_dir.name)
-    (run_dir / "train.json").write_text(json.dumps(summary, indent=2))
+    write_text(run_dir / "train.json", json.dumps(summary, indent=2))
     print(f"verl trained {summary['steps']} steps -> {summary['checkpoints']}")
     return summary
 

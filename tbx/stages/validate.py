@@ -17,7 +17,6 @@ import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
@@ -25,6 +24,7 @@ from tqdm import tqdm
 from tbx.backend import Backend
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
 from tbx.config import Config
+from tbx.durable import write_text
 from tbx.episodes import Outcome, run_episode
 from tbx.errors import TaskFormatError
 from tbx.grading.judge import EvidenceJudge, Judge
@@ -159,8 +159,7 @@ def run_validate(cfg: Config) -> dict[str, Any]:
         backend.close()
     summary = gate_summary(verdicts)
     if cfg.summary_path:
-        Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
+        write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
     print(format_gate(summary))
     summary["exit_code"] = 0 if summary["admitted"] == summary["n_tasks"] else 1
     return summary

@@ -4,15 +4,22 @@
 Writes are idempotent: the key is (run, task, attempt, try) and a row that exists is kept, so a
 re-sent or re-run write never duplicates. A killed run resumes from what is here: an attempt is
 final when its last try reached a verdict or used up its error retries; nothing final runs again.
-The full episode (transcript, terminal-state delta, grade, hashes) is kept as JSON beside the
-columns that reports and resumption query.
+Several processes may work on one run: an attempt is claimed here before it runs (`claims.py`), and
+a try is stored only under its claim. The full episode (transcript, terminal-state delta, grade,
+hashes) is kept as JSON beside the columns that reports and resumption query.
+
+Every wait is bounded: SQLite waits at most `timeout_s` for the write lock; PostgreSQL connections
+time out and carry `statement_timeout`. A store that cannot be reached or written at start, or a disk
+that fills up, is a `ConfigError` naming `store.url` or the run folder (one line, exit status 2).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +34,24 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    make_url,
     select,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchModuleError,
+    OperationalError,
+    ProgrammingError,
+)
 
+from tbx.durable import ensure_folder
 from tbx.episodes.record import ERROR_OUTCOMES, EpisodeResult
-from tbx.errors import InfraError
+from tbx.errors import ConfigError, InfraError
+from tbx.store.claims import RUN_LOCK, Claim, Claims, claims_table, describe_owner
 
 ERROR_VALUES = {o.value for o in ERROR_OUTCOMES}
 metadata = MetaData()
@@ -62,18 +79,60 @@ attempts = Table(
 )
 
 
-def _sqlite_engine(path: Path) -> Engine:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 60})
+claims = claims_table(metadata)
+
+
+def _sqlite_engine(path: Path, timeout_s: float) -> Engine:
+    ensure_folder(path.parent)
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": timeout_s})
 
     @event.listens_for(engine, "connect")
     def _pragmas(dbapi_conn, _record):  # noqa: ANN001 - SQLAlchemy's hook signature
+        dbapi_conn.isolation_level = None  # transactions begin below, not in the driver
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
-        cursor.execute("PRAGMA busy_timeout=60000")
+        # a commit survives the process being killed at once; only a machine crash may lose the last few
+        # (they are then run again), and the store is never corrupt. FULL costs an fsync per claim and try.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(timeout_s * 1000)}")
         cursor.close()
 
+    @event.listens_for(engine, "begin")
+    def _begin(conn):  # noqa: ANN001
+        # IMMEDIATE: a transaction takes the write lock at its start, so a claim read and the write that
+        # follows it are one step for every other process (a DEFERRED one could read, then lose the lock)
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
     return engine
+
+
+def _url_engine(url: str, timeout_s: float) -> Engine:
+    """An engine on `store.url`; a URL that names no database SQLAlchemy knows is the user's to fix."""
+    try:
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "postgresql":
+            return create_engine(parsed, pool_pre_ping=True, connect_args={
+                "connect_timeout": max(1, int(timeout_s)),
+                "options": f"-c statement_timeout={int(timeout_s * 1000)}"})
+        return create_engine(parsed, pool_pre_ping=True)
+    except (ArgumentError, NoSuchModuleError, ImportError) as exc:
+        raise ConfigError("conf/config.yaml", "store.url", f"is not a database URL ({str(exc).splitlines()[0]})",
+                          "give store.url=postgresql+psycopg://USER@HOST:PORT/DB, or leave it empty for "
+                          "<run folder>/results.sqlite") from None
+
+
+def _store_error(engine: Engine, exc: DBAPIError) -> ConfigError:
+    """A store that cannot be reached or written, as the one-line error that names what to fix."""
+    first = str(exc.orig if exc.orig is not None else exc).strip().splitlines()[0]
+    if engine.dialect.name == "sqlite":
+        path = engine.url.database or "results.sqlite"
+        disk = "disk is full" in first or "readonly" in first or "unable to open" in first
+        return ConfigError(path, "out_root", f"the results store cannot be written ({first})",
+                           "free space on that disk, or give out_root=DIR on a writable disk" if disk else
+                           "check the file, or give another out_root")
+    return ConfigError(engine.url.render_as_string(hide_password=True), "store.url",
+                       f"the results store cannot be reached ({first})",
+                       "start that database server, or fix store.url (postgresql+psycopg://USER@HOST:PORT/DB)")
 
 
 class ResultStore:
@@ -85,18 +144,57 @@ class ResultStore:
             metadata.create_all(engine)
         except (OperationalError, ProgrammingError, IntegrityError) as exc:
             if "already exists" not in str(exc):  # another shard created it between check and create
-                raise InfraError(f"results store unreachable: {exc}".splitlines()[0]) from exc
+                raise _store_error(engine, exc) from None
+        self.claims = Claims(engine, claims, run_id)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read this run's tries again (other processes may have stored some)."""
         self._tries: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
         self.records: list[dict[str, Any]] = []
-        with engine.connect() as conn:
-            rows = conn.execute(select(attempts.c.record).where(attempts.c.run_id == run_id)
-                                .order_by(attempts.c.task_id, attempts.c.attempt, attempts.c.try_index))
-            for (blob,) in rows:
-                self._remember(json.loads(blob))
+        for record in self._read(attempts.c.run_id == self.run_id):
+            self._remember(record)
+
+    def _read(self, condition) -> list[dict[str, Any]]:  # noqa: ANN001 - a SQLAlchemy condition
+        query = select(attempts.c.record).where(condition).order_by(attempts.c.task_id, attempts.c.attempt,
+                                                                     attempts.c.try_index)
+        try:
+            with self.engine.connect() as conn:
+                return [json.loads(blob) for (blob,) in conn.execute(query)]
+        except OperationalError as exc:
+            raise _store_error(self.engine, exc) from None
 
     def _remember(self, record: dict[str, Any]) -> None:
         self.records.append(record)
         self._tries[(record["task_id"], record["attempt"])].append(record)
+
+    def claim(self, task_id: str, attempt: int, max_error_retries: int) -> tuple[Claim | None, str]:
+        """Claim an attempt to play it: (OURS, me) with its tries read again, (None, "") when it turned
+        out final (then given back), or (HELD, owner) while a live process plays it."""
+        state, owner = self.claims.take(task_id, attempt)
+        if state is Claim.HELD:
+            return state, owner
+        key = (task_id, attempt)
+        fresh = self._read((attempts.c.run_id == self.run_id) & (attempts.c.task_id == task_id)
+                           & (attempts.c.attempt == attempt))
+        self.records = [r for r in self.records if (r["task_id"], r["attempt"]) != key] + fresh
+        self._tries[key] = fresh
+        if self.is_final(task_id, attempt, max_error_retries):
+            self.claims.give_back(task_id, attempt)
+            return None, ""
+        return state, owner
+
+    def release(self, task_id: str, attempt: int) -> None:
+        self.claims.give_back(task_id, attempt)
+
+    def lock_run(self, where: str) -> None:
+        """Hold the whole run for this process (training: one trainer per run); a live holder stops us."""
+        self.claims.forget_gone_owners()
+        state, owner = self.claims.take(RUN_LOCK, -1)
+        if state is Claim.HELD:
+            raise ConfigError(where, "run_dir", f"is being trained by another process ({describe_owner(owner)})",
+                              "wait for it to finish or stop it; the run of a killed process is taken over "
+                              "by the next start")
 
     def tries(self, task_id: str, attempt: int) -> int:
         return len(self._tries[(task_id, attempt)])
@@ -124,8 +222,13 @@ class ResultStore:
         }
         dialect = self.engine.dialect.name
         statement = (pg_insert if dialect == "postgresql" else sqlite_insert)(attempts).values(**row)
-        with self.engine.begin() as conn:
-            conn.execute(statement.on_conflict_do_nothing())
+        try:
+            with self.engine.begin() as conn:
+                if (result.task_id, result.attempt) in self.claims.held:
+                    self.claims.check(conn, result.task_id, result.attempt)
+                conn.execute(statement.on_conflict_do_nothing())
+        except OperationalError as exc:
+            raise _store_error(self.engine, exc) from None
         self._remember(record)
         return record
 
@@ -153,20 +256,24 @@ class ResultStore:
         return sum(1 for r in self.records if r["outcome"] in ERROR_VALUES)
 
     def close(self) -> None:
+        self.claims.stop()
         self.engine.dispose()
 
 
-def open_store(url: str | None, run_dir: Path, run_id: str, stage: str) -> ResultStore:
-    """The run's store: `url` when given (PostgreSQL for many writers), else `<run_dir>/results.sqlite`."""
-    if url:
-        engine = create_engine(url, pool_pre_ping=True)
-    else:
-        engine = _sqlite_engine(run_dir / "results.sqlite")
-    return ResultStore(engine, run_id, stage)
+def open_store(url: str | None, run_dir: Path, run_id: str, stage: str, timeout_s: float = 60.0) -> ResultStore:
+    """The run's store: `url` when given (PostgreSQL for many writers), else `<run_dir>/results.sqlite`.
+    Claims left by processes that are gone are forgotten."""
+    engine = _url_engine(url, timeout_s) if url else _sqlite_engine(run_dir / "results.sqlite", timeout_s)
+    store = ResultStore(engine, run_id, stage)
+    try:
+        store.claims.forget_gone_owners()
+    except OperationalError as exc:
+        raise _store_error(engine, exc) from None
+    return store
 
 
-def read_records(source: str | Path, run_id: str | None = None) -> list[dict[str, Any]]:
-    """Every stored try from a run folder, a results.sqlite file or a database URL."""
+def _record_blobs(source: str | Path, run_id: str | None = None) -> Iterator[str]:
+    """The stored JSON of every try from a run folder, a results.sqlite file or a database URL."""
     text = str(source)
     if "://" in text:
         engine = create_engine(text)
@@ -182,6 +289,22 @@ def read_records(source: str | Path, run_id: str | None = None) -> list[dict[str
         if run_id is not None:
             query = query.where(attempts.c.run_id == run_id)
         with engine.connect() as conn:
-            return [json.loads(blob) for (blob,) in conn.execute(query)]
+            yield from (blob for (blob,) in conn.execute(query))
     finally:
         engine.dispose()
+
+
+def read_records(source: str | Path, run_id: str | None = None) -> list[dict[str, Any]]:
+    """Every stored try from a run folder, a results.sqlite file or a database URL."""
+    return [json.loads(blob) for blob in _record_blobs(source, run_id)]
+
+
+def records_digest(source: str | Path) -> str:
+    """A hash of every stored try (as stored, not decoded): what a replay of this store would play."""
+    digest = hashlib.sha256()
+    try:
+        for blob in _record_blobs(source):
+            digest.update(blob.encode() + b"\0")
+    except OperationalError:  # no table yet: an empty store
+        pass
+    return digest.hexdigest()[:16]

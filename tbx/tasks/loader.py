@@ -213,9 +213,13 @@ def read_task_file(path: Path) -> list[tuple[dict, str]]:
     """Read a YAML/JSON/JSONL file holding one task, a list of tasks, or {tasks: [...]}."""
     source = str(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise _fail(source, "(file)", f"cannot be read ({exc.strerror})", "check the path") from exc
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise _fail(source, "(file)", f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
+                    "save the file as UTF-8") from None
     try:
         if path.suffix == ".jsonl":
             items = [json.loads(line) for line in text.splitlines() if line.strip()]

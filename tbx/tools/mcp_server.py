@@ -36,6 +36,7 @@ from tbx.errors import InfraError
 from tbx.messages import Message, ToolCall, ToolSchema
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
+from tbx.waits import off_loop
 
 # The SDK logs every refused argument and tool error at INFO/ERROR with a rich traceback; for the
 # harness these are normal agent mistakes, reported to the agent and counted by the episode.
@@ -74,7 +75,9 @@ def _bind(spec: ToolSpec, engine: Engine | None, infra: InfraLog, gate: Gate | N
         try:
             if gate is not None:
                 await gate(spec.name)
-            result = invoke(spec, engine, arguments)
+            # off the event loop: a tool body that hangs (a runaway query, a blocked lock) is cut by the
+            # session's per-call timeout instead of freezing every episode of the process
+            result = await off_loop(invoke, spec, engine, arguments)
         except InfraError as exc:
             infra.errors.append(str(exc))
             raise ToolError("internal error: the tool service failed") from exc

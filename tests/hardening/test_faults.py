@@ -4,7 +4,8 @@ the stages re-run it within `eval.max_error_retries`; no error is ever scored 0;
 in bounded time; and the verdicts that survive are the clean run's.
 
 Faults are drawn per call from a per-try fault seed, so a re-run of an attempt (which keeps the
-attempt's own seed) draws faults afresh and each campaign here is reproducible. Hangs are cut by `eval.call_timeout_s=0.2`.
+attempt's own seed) draws faults afresh and each campaign here is reproducible. Injected hangs last
+`faults.hang_s=0.2` in campaigns; in the single episodes they last until `call_timeout_s=0.2` cuts them.
 """
 
 import asyncio
@@ -33,7 +34,7 @@ from tests.stages.test_eval_regrade import make_cfg, run
 MOCK = get_domain("mock")
 TIMEOUT = 0.2
 COIN = ["policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin"]
-CHAOS = ["faults=chaos", f"eval.call_timeout_s={TIMEOUT}"]
+CHAOS = ["faults=chaos", f"faults.hang_s={TIMEOUT}"]  # real calls keep eval.call_timeout_s
 
 
 def judged_mock_tasks() -> list[dict]:

@@ -84,14 +84,23 @@ def test_tasks_pool_keeps_the_manifests_tasks_in_its_order(tmp_path):
     from tbx.catalog import resolve_tasks
     from tbx.config import TasksConfig
     from tbx.errors import ConfigError
+    from tbx.pool import manifest_hash
+
+    def write(kept: list[str]) -> None:
+        (tmp_path / "pool.json").write_text(json.dumps({"kept": kept, "hash": manifest_hash({"kept": kept})}))
 
     every = [t.id for t in resolve_tasks(TasksConfig(name="travel", domains=["travel"]))]
     kept = [every[5], every[2]]
-    (tmp_path / "pool.json").write_text(json.dumps({"kept": kept}))
+    write(kept)
     cfg = TasksConfig(name="travel", domains=["travel"], pool=str(tmp_path / "pool.json"))
     assert [t.id for t in resolve_tasks(cfg)] == kept
-    (tmp_path / "pool.json").write_text(json.dumps({"kept": [*kept, "travel/nope/0"]}))
+    write([*kept, "travel/nope/0"])
     with pytest.raises(ConfigError, match="tasks.pool.*travel/nope/0"):
+        resolve_tasks(cfg)
+    # edited by hand (its hash no longer matches): refused, as stage=train refuses it
+    manifest = json.loads((tmp_path / "pool.json").read_text()) | {"kept": [every[0]]}
+    (tmp_path / "pool.json").write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match="'tasks.pool': its content does not match its hash"):
         resolve_tasks(cfg)
     with pytest.raises(ConfigError, match="tasks.pool.*not a readable pool manifest"):
         resolve_tasks(TasksConfig(name="travel", domains=["travel"], pool=str(tmp_path / "missing.json")))
