@@ -23,6 +23,12 @@ class VerifierError(TbxError):
     """The grader or judge could not decide (episode outcome `verifier_error`)."""
 
 
+class AgentLeft(TbxError):
+    """The agent under test ended its session before the user ended the conversation (an agent served
+    over MCP whose client closed or vanished). Not an error: the episode's outcome is `abandoned`,
+    counted as a failure (docs/serve.md says why)."""
+
+
 class InputError(TbxError, ValueError):
     """Bad user input: names the file, the field and the fix."""
 

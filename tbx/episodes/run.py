@@ -2,7 +2,9 @@
 simulated user talk until the user ends it or the turn limit is hit, then grade the terminal
 state through a separate connection.
 
-Every way an episode can break maps to one typed outcome; an error is never a failure.
+Every way an episode can break maps to one typed outcome; an error is never a failure. An agent
+may also leave (`AgentLeft`: a served agent's session ended before the user ended the
+conversation): the state it left is graded for the record, and the outcome is `abandoned`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from tbx.backend.state import state_delta
 from tbx.catalog import TaskRuntime, source_hash
 from tbx.config import FaultsConfig
 from tbx.episodes.record import EpisodeResult, Outcome
-from tbx.errors import InfraError, UserSimError, VerifierError
+from tbx.errors import AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.faults import EpisodeFaults, bounded
 from tbx.grading import grade_state
 from tbx.grading.judge import Judge
@@ -51,12 +53,14 @@ class _Transcript:
 
 async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
                     max_turns: int | None, timeout_s: float | None) -> str:
-    """Run the dialogue; return what ended it (user_stop | turn_limit)."""
+    """Run the dialogue; return what ended it (user_stop | turn_limit | agent_left)."""
     limit = runtime.task.turn_limit if max_turns is None else min(runtime.task.turn_limit, max_turns)
     for _ in range(limit):
         log.counts["turns"] += 1
         try:
             turn = await agent.act(log.messages, tools.schemas)
+        except AgentLeft:
+            return "agent_left"
         except InfraError:
             raise
         except Exception as exc:  # a policy crash is the harness's fault, not the agent's
@@ -152,6 +156,8 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         grade = result.to_dict()
         outcome = Outcome.EXCLUDED if result.passed is None else Outcome.SUCCESS if result.passed else Outcome.FAILURE
         cause = result.explain()
+        if ended_by == "agent_left":  # the state is graded for the record; the verdict is that it left
+            outcome, cause = Outcome.ABANDONED, f"the agent left before the user ended the conversation ({cause})"
         timings["grade"] = time.perf_counter() - mark
     except InfraError as exc:
         outcome, cause, ended_by = Outcome.INFRA_ERROR, str(exc), "error"
