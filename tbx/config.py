@@ -15,7 +15,7 @@ from hydra.core.config_store import ConfigStore
 
 @dataclass
 class StageConfig:
-    name: str = "eval"  # eval | regrade (more stages arrive with later issues)
+    name: str = "eval"  # a stage of tbx/stages/__init__.py: eval, serve, regrade, validate, probe, select, ...
 
 
 @dataclass
@@ -255,6 +255,23 @@ class RegradeConfig:
 
 
 @dataclass
+class ServeConfig:
+    """stage=serve: episodes served over MCP to an agent outside tbx (tbx/serve/, docs/serve.md). Each client
+    session plays one episode of the next (task, attempt) not yet recorded; results go to the run's store."""
+
+    # Names the served agent in the run's identity and folder (serve-<tasks>-<agent_name>-<hash>): two agents
+    # served under one name would share a run and resume each other's results, so it has no default.
+    agent_name: str | None = None
+    transport: str = "http"  # http (streamable HTTP at http://host:port/mcp, a session per episode) | stdio (one)
+    host: str = "127.0.0.1"  # bind address; any other than loopback needs token_env
+    port: int = 8765  # 0: any free port (the URL is printed)
+    token_env: str | None = None  # environment variable holding the bearer token clients must send (never the token)
+    # A session with no request in flight for this long is over (a killed client); its episode, if started, is
+    # recorded as abandoned. An open GET stream (the SDK clients keep one) counts as a request in flight.
+    idle_timeout_s: float = 300.0
+
+
+@dataclass
 class HardwareConfig:
     """Where a stage's jobs run and what one job gets (conf/hardware/; see tbx/launch/plan.py)."""
 
@@ -298,6 +315,7 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     regrade: RegradeConfig = field(default_factory=RegradeConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig)
     pool: PoolConfig = field(default_factory=PoolConfig)

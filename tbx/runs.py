@@ -48,7 +48,9 @@ def identity_settings(cfg: Config) -> dict[str, Any]:
         settings["grpo"] = dataclasses.asdict(cfg.grpo)
         settings["finetune"] = cfg.pool.finetune
         settings["pool"] = hash_json(pool.read_text()) if pool.is_file() else str(pool)
-    if "reference" not in cfg.policy._target_:
+    if cfg.stage.name == "serve":  # the agent plays from outside: its name is all tbx knows of it
+        settings["policy"] = {"served_agent": cfg.serve.agent_name}
+    elif "reference" not in cfg.policy._target_:
         model = dataclasses.asdict(cfg.model)
         for key in ("cache_dir", "server", "endpoint"):
             model.pop(key)
@@ -65,7 +67,8 @@ def run_name(cfg: Config) -> str:
         return f"select-{cfg.pool.name}-{run_identity(cfg)}"
     if cfg.stage.name == "report":
         return f"report-{len(cfg.runs)}runs-{run_identity(cfg)}"
-    return f"{cfg.stage.name}-{cfg.tasks.name}-{cfg.policy.name}-{run_identity(cfg)}"
+    agent = cfg.serve.agent_name if cfg.stage.name == "serve" else cfg.policy.name
+    return f"{cfg.stage.name}-{cfg.tasks.name}-{agent}-{run_identity(cfg)}"
 
 
 def resolve_run_dir(cfg: Config) -> Path:

@@ -13,11 +13,15 @@ import asyncio
 import hashlib
 import json
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from tbx.backend import Backend
 from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
 from tbx.config import Config
 from tbx.episodes import run_episode
@@ -114,7 +118,20 @@ def prepare_all(tasks: list, backend) -> dict[str, TaskRuntime]:  # noqa: ANN001
                                                           disable=False, mininterval=2.0)}
 
 
-def run_eval(cfg: Config) -> dict[str, Any]:
+@dataclass
+class OpenRun:
+    """A campaign's run folder, results store, backend and prepared tasks (this shard's)."""
+
+    run_dir: Path
+    log: ResultStore
+    backend: Backend
+    runtimes: dict[str, TaskRuntime]
+
+
+@contextmanager
+def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
+    """Check the eval settings, resolve this shard's tasks, open the run folder (the run's identity),
+    its store and the backend, and prepare the tasks; close the store and backend on the way out."""
     validate_eval(cfg)
     tasks = resolve_tasks(cfg.tasks)[cfg.eval.shard :: cfg.eval.num_shards]
     if not tasks:
@@ -123,23 +140,41 @@ def run_eval(cfg: Config) -> dict[str, Any]:
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
     suffix = f".shard{cfg.eval.shard}of{cfg.eval.num_shards}" if cfg.eval.num_shards > 1 else ""
-    log = open_store(cfg.store.url, run_dir, run_identity(cfg), "eval")
+    log = open_store(cfg.store.url, run_dir, run_identity(cfg), stage)
     backend = build_backend(cfg)
     try:
         runtimes = prepare_all(tasks, backend)
         write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
-        attempts = {task_id: range(cfg.eval.attempts) for task_id in runtimes}
-        run_loop(run_campaign(cfg, runtimes, log, backend, attempts, "eval", run_dir))
+        yield OpenRun(run_dir, log, backend, runtimes)
     finally:
         backend.close()
         log.close()
-    wanted = {(t, a) for t in runtimes for a in range(cfg.eval.attempts)}
+
+
+def run_eval(cfg: Config) -> dict[str, Any]:
+    with open_run(cfg, "eval") as run:
+        attempts = {task_id: range(cfg.eval.attempts) for task_id in run.runtimes}
+        run_loop(run_campaign(cfg, run.runtimes, run.log, run.backend, attempts, "eval", run.run_dir))
+    return write_summary(cfg, run.run_dir, run.log, run.runtimes, cfg.policy.name,
+                         f"eval {cfg.tasks.name} with {cfg.policy.name} -> {run.run_dir}")
+
+
+def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterable[str], label: str, title: str,
+                  out: TextIO | None = None) -> dict[str, Any]:
+    """The run's summary over the final try of every (task, attempt) asked: summary.json, the logging
+    sink, `summary_path`, and the table printed to `out` (stdout by default). `label` names the agent."""
+    task_ids = list(task_ids)
+    wanted = {(t, a) for t in task_ids for a in range(cfg.eval.attempts)}
     records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
     outcomes, _, _ = outcomes_from_records(records)
-    headline = summarize(outcomes, attempts=cfg.eval.attempts, allow_incomplete=True)
-    summary = outcome_summary(records) | {"pass_at_k": headline.pass_at_k, "observed_all": headline.observed_all,
-                                          "k": cfg.eval.attempts, "incomplete_tasks": list(headline.incomplete),
-                                          "run_dir": str(run_dir), "policy": cfg.policy.name,
+    judged = any(outcomes.values())  # nothing judged yet (a served run before its first verdict): no headline
+    headline = summarize(outcomes, attempts=cfg.eval.attempts, allow_incomplete=True) if judged else None
+    summary = outcome_summary(records) | {"pass_at_k": headline.pass_at_k if headline else None,
+                                          "observed_all": headline.observed_all if headline else None,
+                                          "k": cfg.eval.attempts,
+                                          "incomplete_tasks": list(headline.incomplete) if headline else
+                                          sorted(set(task_ids)),
+                                          "run_dir": str(run_dir), "policy": label,
                                           "tasks": cfg.tasks.name, "attempts": cfg.eval.attempts,
                                           "error_tries": log.error_tries(),
                                           "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
@@ -148,5 +183,5 @@ def run_eval(cfg: Config) -> dict[str, Any]:
     if cfg.summary_path:
         Path(cfg.summary_path).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.summary_path).write_text(json.dumps(summary, indent=2))
-    print(format_summary(summary, f"eval {cfg.tasks.name} with {cfg.policy.name} -> {run_dir}"))
+    print(format_summary(summary, title), file=out or sys.stdout)
     return summary
