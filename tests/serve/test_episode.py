@@ -23,6 +23,7 @@ from tbx.serve.server import domain_tools, episode_server
 from tbx.tasks import load_task
 from tbx.tools.mcp_server import InfraLog, build_server
 from tbx.users.scripted import ScriptedUser
+from tests.serve.agents import play_reference, text
 
 MOCK = get_domain("mock")
 
@@ -37,10 +38,6 @@ def backend(tmp_path):
 def mock_runtime(backend, index=0, **changes):
     task = load_task(dict(MOCK.generate_tasks(0)[index]) | changes, "mock-test", MOCK.policy)
     return prepare_task(task, backend)
-
-
-def text(result) -> str:
-    return "\n".join(part.text for part in result.content)
 
 
 async def serve_one(runtime, backend, client_script):
@@ -58,20 +55,6 @@ async def serve_one(runtime, backend, client_script):
     if episode.leave():
         await episode.task
     return returned, stored, episode
-
-
-async def play_reference(client, task):
-    """The reference solution, a step a call, until the user ends the conversation (the oracle's closing
-    message when the steps run out first)."""
-    await client.call_tool("get_user_message", {})
-    for step in task.reference:
-        if step.tool is not None:
-            answer = text(await client.call_tool(step.tool, dict(step.arguments)))
-        else:
-            answer = text(await client.call_tool("reply_to_user", {"text": step.say or ""}))
-        if answer.endswith(USER_ENDED):
-            return answer
-    return text(await client.call_tool("reply_to_user", {"text": DONE}))
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
