@@ -27,11 +27,11 @@ from tbx.errors import AgentLeft
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
 
-USER_ENDED = "[The user has ended the conversation: the episode is over. Close this session.]"
-TURN_LIMIT = "[The turn limit of this task is reached: the episode is over. Close this session.]"
-HARNESS_ERROR = ("[The episode stopped on a harness fault ({outcome}); it is not counted against you. "
-                 "Close this session.]")
-OVER = "Error: the episode is over; close this session (a new session plays the next episode)."
+CLOSE = "Close this session."  # ends every answer after which the session has nothing left to do
+USER_ENDED = f"[tbx] The user has ended the conversation: the episode is over. {CLOSE}"
+TURN_LIMIT = f"[tbx] The turn limit of this task is reached: the episode is over. {CLOSE}"
+HARNESS_ERROR = f"[tbx] The episode stopped on a harness fault ({{outcome}}), not counted against you. {CLOSE}"
+OVER = f"Error: the episode is over; a new session plays the next one. {CLOSE}"
 
 
 @dataclass(frozen=True)
@@ -51,11 +51,9 @@ class ServedEpisode(Policy, Agent):
     last call is answered, so an answered end is a stored one), or gets None when the episode ended
     without a result (the store failed, the server stopped)."""
 
-    def __init__(self, task_id: str, attempt: int, instructions: str, tools: Sequence[Any], play: Play,
+    def __init__(self, task_id: str, attempt: int, play: Play,
                  record: Callable[[ServedEpisode, EpisodeResult | None], None], name: str = "served"):
         self.task_id, self.attempt, self.name = task_id, attempt, name
-        self.instructions = instructions  # the task's agent-facing policy
-        self.tools = tuple(tools)  # the task's domain tools as its MCP listing shows them
         self._play, self._record = play, record
         self._inbox: asyncio.Queue[tuple[AssistantTurn, asyncio.Future[Reply]] | None] = asyncio.Queue()
         self._waiting: asyncio.Future[Reply] | None = None  # the call whose turn the loop is playing

@@ -1,4 +1,4 @@
-"""Episodes over streamable HTTP: one MCP session is one episode, on its own server.
+"""Episodes over streamable HTTP: one MCP session plays one episode, on its own server.
 
 The SDK's `StreamableHTTPSessionManager` serves every session from one server, and tells the server
 neither which session a request belongs to before `initialize` nor when a session ends. A served
@@ -45,8 +45,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from tbx.errors import ConfigError
 from tbx.serve import LOOPBACK
-from tbx.serve.campaign import Campaign
-from tbx.serve.episode import ServedEpisode
+from tbx.serve.campaign import Campaign, Seat
 from tbx.serve.server import episode_server
 
 PATH = "/mcp"
@@ -106,21 +105,21 @@ class EpisodeSessions:
                          "one MCP session is one episode: open it with the initialize handshake",
                          {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version})(scope, receive, send)
             return
-        episode = self.campaign.claim()
-        if episode is None:
+        view = self.campaign.next_view()
+        if view is None:
             await _error(503, INTERNAL_ERROR, f"no attempt left to serve ({len(self.campaign.in_flight)} still "
                                               "being played)")(scope, receive, send)
             return
-        await self._open(episode, scope, receive, send)
+        await self._open(Seat(self.campaign, view), scope, receive, send)
 
-    async def _open(self, episode: ServedEpisode, scope: Scope, receive: Receive, send: Send) -> None:
-        """Start the episode's session and let its transport answer the request that opens it; a
-        refused opening (not an initialize, a bad header) leaves nothing behind."""
+    async def _open(self, seat: Seat, scope: Scope, receive: Receive, send: Send) -> None:
+        """Start a session and let its transport answer the request that opens it; a refused opening
+        (not an initialize, a bad header) leaves nothing behind."""
         session_id = uuid4().hex
         transport = StreamableHTTPServerTransport(mcp_session_id=session_id, is_json_response_enabled=False,
                                                   event_store=None, security_settings=self.security,
                                                   idle_timeout=self.idle_timeout_s)
-        server = episode_server(episode, self.version)
+        server = episode_server(seat, self.version)
 
         async def run_session(*, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             try:
@@ -131,14 +130,13 @@ class EpisodeSessions:
                             await serve_loop(server, read_stream, write_stream, lifespan_state=state,
                                              session_id=session_id)
             except Exception as exc:  # noqa: BLE001 - a broken session ends like a closed one
-                print(f"serve: session of {episode.task_id} attempt {episode.attempt} failed: {exc!r}",
-                      file=sys.stderr)
+                print(f"serve: session {session_id} failed: {exc!r}", file=sys.stderr)
             finally:
                 self.sessions.pop(session_id, None)
                 if not transport.is_terminated:
                     with anyio.CancelScope(shield=True):
                         await transport.terminate()
-                self.campaign.session_ended(episode)
+                seat.end()
 
         assert self._group is not None, "EpisodeSessions.run() is not entered"
         self.sessions[session_id] = transport

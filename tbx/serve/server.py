@@ -1,6 +1,6 @@
-"""The MCP server of one served episode: the task's domain tools plus the user channel.
+"""The MCP server of one session: its task's domain tools plus the user channel.
 
-Built on the SDK's low-level `Server`, one per episode, so each session's `instructions` are its
+Built on the SDK's low-level `Server`, one per session, so each session's `instructions` are its
 task's agent-facing policy and its handlers reach nothing but its own episode. The domain tools are
 listed exactly as the in-process server lists them (the same `MCPServer` tool definitions, listed
 by the SDK), and a call's answer is the tool message an in-process agent reads: the same text, the
@@ -22,7 +22,8 @@ from mcp.types import (
     Tool,
 )
 
-from tbx.serve.episode import Reply, ServedEpisode
+from tbx.serve.campaign import Seat
+from tbx.serve.episode import CLOSE, Reply
 from tbx.tools.declare import ToolSpec
 from tbx.tools.mcp_server import InfraLog, build_server
 
@@ -52,29 +53,36 @@ async def domain_tools(domain: str, specs: Sequence[ToolSpec]) -> tuple[Tool, ..
     return tuple(listed)
 
 
-async def dispatch(episode: ServedEpisode, name: str, arguments: dict[str, Any]) -> Reply:
-    """One client call: the user channel, or a domain tool (one turn of the episode)."""
-    if name not in USER_TOOL_NAMES:
-        return await episode.call_tool(name, arguments)  # unknown names too: the episode's server answers
-    extra = sorted(set(arguments) - ({"text"} if name == REPLY_TO_USER else set()))
-    if extra:
-        return Reply(f"Error: unknown argument(s) {', '.join(extra)} for {name}", is_error=True)
+NO_ATTEMPT = f"Error: no attempt is left for this session to play (others took them). {CLOSE}"
+
+
+async def dispatch(seat: Seat, name: str, arguments: dict[str, Any]) -> Reply:
+    """One client call: the user channel, or a domain tool (one turn of the episode). The first of
+    them claims the session's episode."""
+    if name in USER_TOOL_NAMES:
+        extra = sorted(set(arguments) - ({"text"} if name == REPLY_TO_USER else set()))
+        if extra:
+            return Reply(f"Error: unknown argument(s) {', '.join(extra)} for {name}", is_error=True)
+        if name == REPLY_TO_USER and not isinstance(arguments.get("text"), str):
+            return Reply("Error: reply_to_user needs the argument text, a string", is_error=True)
+    episode = seat.take()
+    if episode is None:
+        return Reply(NO_ATTEMPT, is_error=True)
     if name == GET_USER_MESSAGE:
         return await episode.user_message()
-    text = arguments.get("text")
-    if not isinstance(text, str):
-        return Reply("Error: reply_to_user needs the argument text, a string", is_error=True)
-    return await episode.reply_to_user(text)
+    if name == REPLY_TO_USER:
+        return await episode.reply_to_user(arguments["text"])
+    return await episode.call_tool(name, arguments)  # unknown names too: the episode's own server answers
 
 
-def episode_server(episode: ServedEpisode, version: str = "") -> Server:
-    """A low-level MCP server bound to `episode` alone."""
+def episode_server(seat: Seat, version: str = "") -> Server:
+    """A low-level MCP server for one session: its view, and its episode once claimed."""
     async def list_tools(ctx: Any, params: PaginatedRequestParams | None) -> ListToolsResult:
-        return ListToolsResult(tools=[*episode.tools, *USER_TOOLS])
+        return ListToolsResult(tools=[*seat.view.tools, *USER_TOOLS])
 
     async def call_tool(ctx: Any, params: CallToolRequestParams) -> CallToolResult:
-        reply = await dispatch(episode, params.name, dict(params.arguments or {}))
+        reply = await dispatch(seat, params.name, dict(params.arguments or {}))
         return CallToolResult(content=[TextContent(type="text", text=reply.text)], is_error=reply.is_error)
 
-    return Server("tbx", version=version, title="tbx episode", instructions=episode.instructions,
+    return Server("tbx", version=version, title="tbx episode", instructions=seat.view.instructions,
                   on_list_tools=list_tools, on_call_tool=call_tool)

@@ -26,7 +26,7 @@ from tbx.errors import ConfigError
 from tbx.faults import validate_faults
 from tbx.preemption import run_loop
 from tbx.runs import record_engine
-from tbx.serve.campaign import Campaign
+from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
 from tbx.stages.components import build_judge, build_user, episode_cost
 from tbx.stages.eval import episode_seed, open_run, write_summary
@@ -38,18 +38,25 @@ def pending_attempts(task_ids: list[str], attempts: int, is_final: Callable[[str
     return [(task_id, a) for a in range(attempts) for task_id in task_ids if not is_final(task_id, a)]
 
 
-async def _tool_listings(runtimes: dict[str, TaskRuntime]) -> dict[str, tuple]:
+async def _views(runtimes: dict[str, TaskRuntime]) -> dict[str, View]:
+    """Each task's view: its policy and its domain's tool listing (one object per distinct view, so
+    sessions are matched to attempts by a cheap comparison)."""
     from tbx.serve.server import domain_tools
 
     listings: dict[tuple, tuple] = {}
-    for runtime in runtimes.values():
-        key = (runtime.task.domain, tuple(spec.name for spec in runtime.tools))
-        if key not in listings:
-            listings[key] = await domain_tools(runtime.task.domain, runtime.tools)
-    return {task_id: listings[(rt.task.domain, tuple(s.name for s in rt.tools))] for task_id, rt in runtimes.items()}
+    views: dict[tuple, View] = {}
+    by_task = {}
+    for task_id, runtime in runtimes.items():
+        tools = (runtime.task.domain, tuple(spec.name for spec in runtime.tools))
+        if tools not in listings:
+            listings[tools] = await domain_tools(runtime.task.domain, runtime.tools)
+        if (runtime.task.policy, tools) not in views:
+            views[(runtime.task.policy, tools)] = View(runtime.task.policy, listings[tools])
+        by_task[task_id] = views[(runtime.task.policy, tools)]
+    return by_task
 
 
-def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], listings: dict[str, tuple], log: ResultStore,
+def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, View], log: ResultStore,
               backend, user, judge) -> Campaign:  # noqa: ANN001
     """The pending attempts, each played by `run_episode` with the served agent, stored like stage=eval's."""
     retries = cfg.eval.max_error_retries
@@ -62,15 +69,14 @@ def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], listings: dict[str,
             return run_episode(runtimes[task_id], backend, agent, user, judge, attempt, seed, cfg.eval.max_turns,
                                cfg.eval.call_timeout_s, cfg.faults, fault_seed)
 
-        return ServedEpisode(task_id, attempt, runtimes[task_id].task.policy, listings[task_id], play, record,
-                             name=cfg.serve.agent_name or "served")
+        return ServedEpisode(task_id, attempt, play, record, name=cfg.serve.agent_name or "served")
 
     def store(result: EpisodeResult) -> bool:
         log.append(result, episode_cost(cfg, result.usage))
         return log.is_final(result.task_id, result.attempt, retries)
 
     pending = pending_attempts(list(runtimes), cfg.eval.attempts, lambda t, a: log.is_final(t, a, retries))
-    return Campaign(pending, open_episode, store)
+    return Campaign(pending, views, open_episode, store)
 
 
 def _token(cfg: Config) -> str | None:
@@ -93,7 +99,7 @@ async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Res
     validate_faults(cfg.faults, cfg.eval.call_timeout_s)
     user, judge = build_user(cfg), build_judge(cfg)
     record_engine(run_dir, {"name": "mcp", "agent": cfg.serve.agent_name, "transport": cfg.serve.transport})
-    campaign = _campaign(cfg, runtimes, await _tool_listings(runtimes), log, backend, user, judge)
+    campaign = _campaign(cfg, runtimes, await _views(runtimes), log, backend, user, judge)
     try:
         if campaign.done.is_set():
             print(f"serve: every attempt of {run_dir} is recorded; nothing to serve", file=sys.stderr)
@@ -114,22 +120,23 @@ async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Res
 
 
 async def _serve_stdio(campaign: Campaign) -> None:
-    """One episode over this process's stdin/stdout (the SDK's stdio transport)."""
+    """One session over this process's stdin/stdout (the SDK's stdio transport)."""
     from mcp.server.stdio import stdio_server
 
     from tbx.serve.server import episode_server
 
-    episode = campaign.claim()
-    assert episode is not None  # the campaign is not done
-    server = episode_server(episode, _version())
+    view = campaign.next_view()
+    assert view is not None  # the campaign is not done
+    seat = Seat(campaign, view)
+    server = episode_server(seat, _version())
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
-        campaign.session_ended(episode)
+        seat.end()
         os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # the client may be gone: the rest goes to stderr
-    if episode.task is not None:
-        await asyncio.shield(episode.task)  # an abandoned episode is graded and stored before we go
+    if seat.episode is not None and seat.episode.task is not None:
+        await asyncio.shield(seat.episode.task)  # an abandoned episode is graded and stored before we go
 
 
 def _version() -> str:

@@ -17,7 +17,7 @@ from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
 from tbx.episodes.record import EpisodeResult
 from tbx.policies.reference import DONE, OraclePolicy
-from tbx.serve.campaign import Campaign
+from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import OVER, TURN_LIMIT, USER_ENDED, ServedEpisode
 from tbx.serve.server import domain_tools, episode_server
 from tbx.tasks import load_task
@@ -41,20 +41,27 @@ def mock_runtime(backend, index=0, **changes):
 
 
 async def serve_one(runtime, backend, client_script):
-    """Play one served episode: `client_script(client)` is the agent; returns (what it returned, the stored
-    results, the episode)."""
+    """One session on a campaign of one attempt: `client_script(client)` is the agent; returns (what it
+    returned, the stored results, the session's episode or None)."""
     stored = []
 
-    def play(agent):
-        return run_episode(runtime, backend, agent, ScriptedUser(), None, 0, 0)
+    def open_episode(task_id, attempt, record):
+        def play(agent):
+            return run_episode(runtime, backend, agent, ScriptedUser(), None, attempt, 0)
 
-    tools = await domain_tools(runtime.task.domain, runtime.tools)
-    episode = ServedEpisode(runtime.task.id, 0, runtime.task.policy, tools, play, lambda e, r: stored.append(r))
-    async with mcp.Client(episode_server(episode)) as client:
+        return ServedEpisode(task_id, attempt, play, record)
+
+    view = View(runtime.task.policy, await domain_tools(runtime.task.domain, runtime.tools))
+    campaign = Campaign([(runtime.task.id, 0)], {runtime.task.id: view}, open_episode,
+                        lambda result: stored.append(result) or True)
+    seat = Seat(campaign, campaign.next_view())
+    async with mcp.Client(episode_server(seat)) as client:
         returned = await client_script(client)
-    if episode.leave():
-        await episode.task
-    return returned, stored, episode
+    seat.end()
+    if seat.episode is not None:
+        await seat.episode.task
+    assert campaign.done.is_set() == bool(stored)  # an episode never started leaves its attempt pending
+    return returned, stored, seat.episode
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
@@ -121,14 +128,14 @@ def test_argument_mistakes_are_errors_the_agent_reads_and_user_channel_ones_take
     assert result.counts["turns"] == 3 and result.counts["tool_errors"] == 2  # transfer, no_such_tool, the reply
 
 
-def test_a_session_that_ends_before_starting_releases_and_after_starting_is_abandoned(backend):
+def test_a_session_that_only_lists_claims_nothing_and_one_that_leaves_mid_task_is_abandoned(backend):
     runtime = mock_runtime(backend)
 
     async def only_lists(client):
         await client.list_tools()
 
     _, stored, episode = asyncio.run(serve_one(runtime, backend, only_lists))
-    assert stored == [] and not episode.started and episode.leave() is False
+    assert stored == [] and episode is None  # it claimed nothing
 
     async def reads_then_goes(client):
         await client.call_tool("get_user_message", {})
@@ -146,10 +153,12 @@ def fake_result(task_id, attempt, outcome):
 def test_the_campaign_hands_out_attempt_zero_of_every_task_first_and_takes_back_what_was_not_played():
     from tbx.stages.serve import pending_attempts
 
-    pending = pending_attempts(["a", "b"], 2, lambda t, a: (t, a) == ("b", 0))
-    assert pending == [("a", 0), ("a", 1), ("b", 1)]  # attempt-major; ("b", 0) is final already
+    pending = pending_attempts(["a", "b", "c"], 2, lambda t, a: (t, a) == ("b", 0))
+    assert pending == [("a", 0), ("c", 0), ("a", 1), ("b", 1), ("c", 1)]  # attempt-major; ("b", 0) is final
+    one, other = View("policy one", ()), View("policy two", ())
+    views = {"a": one, "b": one, "c": other}
     outcomes = {("a", 0): [Outcome.INFRA_ERROR, Outcome.SUCCESS], ("a", 1): [Outcome.FAILURE],
-                ("b", 1): [Outcome.ABANDONED]}
+                ("b", 1): [Outcome.ABANDONED], ("c", 0): [Outcome.SUCCESS], ("c", 1): [Outcome.SUCCESS]}
     stored = []
 
     def store(result):
@@ -160,24 +169,25 @@ def test_the_campaign_hands_out_attempt_zero_of_every_task_first_and_takes_back_
         async def play(agent):
             return fake_result(task_id, attempt, outcomes[(task_id, attempt)].pop(0))
 
-        return ServedEpisode(task_id, attempt, "", (), play, record)
+        return ServedEpisode(task_id, attempt, play, record)
 
     async def main():
-        campaign = Campaign(pending, open_episode, store)
-        first = campaign.claim()
+        campaign = Campaign(pending, views, open_episode, store)
+        assert campaign.next_view() is one
+        first = Seat(campaign, one).take()
         campaign.session_ended(first)  # never started: back to the front
-        again = campaign.claim()
-        assert (again.task_id, again.attempt) == ("a", 0) and again is not first and campaign.pending == 2
-        campaign.session_ended(again)
+        assert Seat(campaign, other).take().task_id == "c"  # the first pending attempt with the view shown
+        assert Seat(campaign, View("policy three", ())).take() is None
         order = []
-        while (episode := campaign.claim()) is not None:  # sessions one after another
+        while (view := campaign.next_view()) is not None:  # sessions one after another
+            episode = Seat(campaign, view).take()
             order.append((episode.task_id, episode.attempt))
             await episode.user_message()
             await episode.task
-        assert campaign.done.is_set() and not campaign.in_flight
+        assert not campaign.done.is_set() and list(campaign.in_flight) == [("c", 0)]  # still being played
         return order
 
     order = asyncio.run(main())
-    assert order == [("a", 0), ("a", 0), ("a", 1), ("b", 1)]  # the error was served again at once
+    assert order == [("a", 0), ("a", 0), ("a", 1), ("b", 1), ("c", 1)]  # the error was served again at once
     assert stored == [("a", 0, Outcome.INFRA_ERROR), ("a", 0, Outcome.SUCCESS), ("a", 1, Outcome.FAILURE),
-                      ("b", 1, Outcome.ABANDONED)]
+                      ("b", 1, Outcome.ABANDONED), ("c", 1, Outcome.SUCCESS)]
