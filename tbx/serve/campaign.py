@@ -42,8 +42,7 @@ class Campaign:
         `store(result)` keeps a result and says whether its attempt is now final."""
         self._pending: deque[Key] = deque(pending)
         self._views, self._open, self._store = views, open_episode, store
-        self.in_flight: dict[Key, ServedEpisode] = {}
-        self.episodes: list[ServedEpisode] = []  # every episode handed out, for shutdown
+        self.in_flight: dict[Key, ServedEpisode] = {}  # claimed, until stored or given back
         self.done = asyncio.Event()
         self._check_done()
 
@@ -63,7 +62,6 @@ class Campaign:
         self._pending.remove(key)
         episode = self._open(key[0], key[1], self._recorded)
         self.in_flight[key] = episode
-        self.episodes.append(episode)
         return episode
 
     def session_ended(self, episode: ServedEpisode) -> None:
@@ -93,7 +91,7 @@ class Campaign:
     async def aclose(self) -> None:
         """Cancel the episodes still running (a stopped server): their attempts stay unrecorded and
         run again when the same command resumes."""
-        running = [e.task for e in self.episodes if e.task is not None and not e.task.done()]
+        running = [e.task for e in self.in_flight.values() if e.task is not None and not e.task.done()]
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)

@@ -194,3 +194,33 @@ def test_stdio_serves_one_episode_per_process(tmp_path):
     records = read_records(run_dir)
     assert sorted((r["task_id"], r["outcome"]) for r in records) == sorted((t.id, "success") for t in mock[:2])
     assert json.loads((run_dir / "summary.json").read_text())["episodes"] == 2
+
+
+def test_the_llm_user_and_its_audit_play_against_a_served_agent(tmp_path):
+    """user=llm: a turn that breaks the user's contract (a private fact said unasked) is a user_sim_error,
+    which the agent is told is not counted against it, and the attempt is served again (same seed)."""
+    from tests.fakes.openai_server import FakeOpenAIServer, text_reply
+
+    with FakeOpenAIServer() as llm:
+        llm.script(text_reply("Sure. By the way, my name is Ada."),  # unasked: a leak
+                   text_reply("Thank you, that's all. ###STOP###"))
+        overrides = ("tasks=mock", "tasks.limit=1", "serve.agent_name=talker", "user=llm",
+                     f"user.endpoint.base_url={llm.base_url}", "user.endpoint.model=fake-model",
+                     "user.endpoint.api_key_env=null", "user.endpoint.max_retries=0")
+        with Served(tmp_path, *overrides) as server:
+            async def two_sessions():
+                answers = []
+                for text in ("Hello, how can I help?", "Done: I have sent the money."):
+                    async with mcp.Client(server.url) as client:
+                        await call(client, "get_user_message")
+                        answers.append(await call(client, "reply_to_user", {"text": text}))
+                return answers
+
+            leaked, ended = asyncio.run(two_sessions())
+            assert server.wait() == 0, server.output()[-2000:]
+    assert "harness fault (user_sim_error), not counted against you" in leaked
+    assert ended.startswith("Thank you, that's all.") and "ended the conversation" in ended
+    tries = read_records(server.run_dir)
+    assert [(r["attempt"], r["try"], r["outcome"]) for r in tries] == [(0, 0, "user_sim_error"), (0, 1, "failure")]
+    assert "Ada" in tries[0]["cause"] and tries[1]["usage"]["user"]["completion_tokens"] == 7
+    assert server.summary["error_tries"] == 1 and server.summary["pass_at_1"] == 0.0
