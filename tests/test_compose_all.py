@@ -19,7 +19,8 @@ SWEEPS = sorted(f.stem for f in (ROOT / "sweeps").glob("*.yaml"))
 # values a user must give for some options (`???` in their file)
 REQUIRED = {("backend", "postgres"): ["backend.url=postgresql+psycopg://postgres@127.0.0.1:5432/postgres"],
             ("model", "openai_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
-                                           "model.endpoint.model=some-model"]}
+                                           "model.endpoint.model=some-model"],
+            ("stage", "serve"): ["serve.agent_name=some_agent"]}
 
 
 def show(dict_cfg, capsys) -> str:
