@@ -16,7 +16,8 @@ from hydra.core.config_store import ConfigStore
 # says otherwise, so a new setting starts a new run until it is marked as not changing results.
 NOT_IDENTITY = {"identity": False}  # paths, logging, concurrency, waits and retries: never change a verdict
 CONTENT = {"identity": "content"}  # a path: the content of what it names counts, not the path itself
-EPISODE_STAGES = ("eval", "probe", "train", "validate", "pipeline")  # stages that play episodes
+EPISODE_STAGES = ("eval", "probe", "train", "validate", "pipeline")  # stages whose policy plays episodes
+PLAYED_STAGES = (*EPISODE_STAGES, "serve")  # ... and stage=serve, where an agent outside tbx plays them
 
 
 def only(*stages: str) -> dict[str, tuple[str, ...]]:
@@ -26,7 +27,7 @@ def only(*stages: str) -> dict[str, tuple[str, ...]]:
 
 @dataclass
 class StageConfig:
-    name: str = "eval"  # eval | regrade (more stages arrive with later issues)
+    name: str = "eval"  # a stage of tbx/stages/__init__.py: eval, serve, regrade, validate, probe, select, ...
 
 
 @dataclass
@@ -291,6 +292,25 @@ class RegradeConfig:
 
 
 @dataclass
+class ServeConfig:
+    """stage=serve: episodes served over MCP to an agent outside tbx (tbx/serve/, docs/serve.md). Each client
+    session plays one episode of the next (task, attempt) not yet recorded; results go to the run's store."""
+
+    # Names the served agent in the run's identity and folder (serve-<tasks>-<agent_name>-<hash>): two agents
+    # served under one name would share a run and resume each other's results, so it has no default.
+    agent_name: str | None = None
+    # http (streamable HTTP at http://host:port/mcp, a session per episode) | stdio (one)
+    transport: str = field(default="http", metadata=NOT_IDENTITY)
+    host: str = field(default="127.0.0.1", metadata=NOT_IDENTITY)  # bind address; any other than loopback needs token_env
+    port: int = field(default=8765, metadata=NOT_IDENTITY)  # 0: any free port (the URL is printed)
+    # environment variable holding the bearer token clients must send (never the token)
+    token_env: str | None = field(default=None, metadata=NOT_IDENTITY)
+    # A session with no request in flight for this long is over (a killed client); its episode, if started, is
+    # recorded as abandoned. An open GET stream (the SDK clients keep one) counts as a request in flight.
+    idle_timeout_s: float = field(default=300.0, metadata=NOT_IDENTITY)
+
+
+@dataclass
 class HardwareConfig:
     """Where a stage's jobs run and what one job gets (conf/hardware/; see tbx/launch/plan.py)."""
 
@@ -325,15 +345,17 @@ class LauncherConfig:
 @dataclass
 class Config:
     stage: StageConfig = field(default_factory=StageConfig)
-    tasks: TasksConfig = field(default_factory=TasksConfig, metadata=only("eval", "probe", "validate", "pipeline"))
+    tasks: TasksConfig = field(default_factory=TasksConfig,
+                               metadata=only("eval", "probe", "validate", "pipeline", "serve"))
     policy: PolicyConfig = field(default_factory=PolicyConfig, metadata=only(*EPISODE_STAGES))
     model: ModelConfig = field(default_factory=ModelConfig, metadata=only(*EPISODE_STAGES))
-    user: UserConfig = field(default_factory=UserConfig, metadata=only(*EPISODE_STAGES))
-    judge: JudgeConfig = field(default_factory=JudgeConfig, metadata=only(*EPISODE_STAGES))
-    backend: BackendConfig = field(default_factory=BackendConfig, metadata=only(*EPISODE_STAGES))
-    eval: EvalConfig = field(default_factory=EvalConfig, metadata=only(*EPISODE_STAGES))
-    faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=only(*EPISODE_STAGES))
+    user: UserConfig = field(default_factory=UserConfig, metadata=only(*PLAYED_STAGES))
+    judge: JudgeConfig = field(default_factory=JudgeConfig, metadata=only(*PLAYED_STAGES))
+    backend: BackendConfig = field(default_factory=BackendConfig, metadata=only(*PLAYED_STAGES))
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata=only(*PLAYED_STAGES))
+    faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=only(*PLAYED_STAGES))
     regrade: RegradeConfig = field(default_factory=RegradeConfig, metadata=only("regrade"))
+    serve: ServeConfig = field(default_factory=ServeConfig, metadata=only("serve"))
     store: StoreConfig = field(default_factory=StoreConfig, metadata=NOT_IDENTITY)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig,
                                          metadata=only("probe", "select", "pipeline"))
@@ -349,7 +371,7 @@ class Config:
     launcher: LauncherConfig = field(default_factory=LauncherConfig, metadata=NOT_IDENTITY)
     # stage=report: the run folders to compare, base first
     runs: list[str] = field(default_factory=list, metadata=only("report"))
-    seed: int = field(default=0, metadata=only(*EPISODE_STAGES))
+    seed: int = field(default=0, metadata=only(*PLAYED_STAGES))
     # run folders live under it, named by stage and run hash
     out_root: str = field(default="outputs", metadata=NOT_IDENTITY)
     # set to pin the run folder (default: derived from the run hash)

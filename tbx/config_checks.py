@@ -37,7 +37,8 @@ from tbx.errors import ConfigError
 
 CONFIG = "conf/config.yaml"
 EPISODE_STAGES = ("eval", "probe", "train", "pipeline")  # stages that play episodes: policy and user run
-TASK_STAGES = ("eval", "probe", "validate", "pipeline")  # stages that load a task set
+USER_STAGES = (*EPISODE_STAGES, "serve")  # stages where the simulated user runs (serve: the agent is outside)
+TASK_STAGES = ("eval", "serve", "probe", "validate", "pipeline")  # stages that load a task set
 POOL_STAGES = ("probe", "select", "pipeline")  # stages that decide pool membership from band edges
 TRAIN_STAGES = ("train", "pipeline")
 MODEL_POLICY = "tbx.policies.model.from_config"
@@ -56,7 +57,9 @@ ENUMS = {  # field -> allowed values; where a field's option file is, see `_sour
     "grpo.trainer": ("native", "verl"),
     "pool.finetune": ("full", "lora"),
     "probe.rule": ("predictive", "band_mass"),
+    "serve.transport": ("http", "stdio"),
 }
+_AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it names the run folder
 
 
 # --- composition ----------------------------------------------------------------------------------------------
@@ -244,6 +247,8 @@ def _option_file(cfg: Config, key: str) -> str:
         return f"conf/{group}/{names[group]}.yaml"
     if group in ("backend", "logger", "grpo", "difficulty", "stage", "policy"):
         return f"conf/{group}"
+    if group == "serve":
+        return "conf/stage/serve.yaml"
     return CONFIG
 
 
@@ -271,6 +276,8 @@ def check_config(cfg: Config) -> None:
     if cfg.backend.kind == "postgres" and not cfg.backend.url:
         raise _fail(cfg, "backend.url", "is empty", "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
     _check_counts(cfg, stage)
+    if stage == "serve":
+        _check_serve(cfg)
     if stage in POOL_STAGES:
         _check_bands(cfg)
     if stage in TASK_STAGES:
@@ -329,7 +336,9 @@ def _check_counts(cfg: Config, stage: str) -> None:
     if stage == "eval":
         for key in ("eval.attempts", "eval.concurrency"):
             _at_least(cfg, key, 1)
-    if stage in ("eval", "probe", "pipeline"):
+    if stage == "serve":
+        _at_least(cfg, "eval.attempts", 1)
+    if stage in ("eval", "serve", "probe", "pipeline"):
         _at_least(cfg, "eval.max_error_retries", 0)
         if cfg.eval.max_turns is not None:
             _at_least(cfg, "eval.max_turns", 1)
@@ -350,6 +359,30 @@ def _check_counts(cfg: Config, stage: str) -> None:
             raise _fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
     if stage == "pipeline":
         _at_least(cfg, "pipeline.eval_attempts", 1)
+
+
+def _check_serve(cfg: Config) -> None:
+    """The served agent's name, the address and its token variable (the name, never the value)."""
+    serve = cfg.serve
+    if not serve.agent_name:
+        raise _fail(cfg, "serve.agent_name", "is not set; it names the served agent's run (two agents under one "
+                    "name would resume each other's results)", "give serve.agent_name=NAME, e.g. my_agent_v2")
+    if not _AGENT_NAME.fullmatch(serve.agent_name):
+        raise _fail(cfg, "serve.agent_name", f"is {serve.agent_name!r}; it names the run folder",
+                    "use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)")
+    if not 0 <= serve.port <= 65535:
+        raise _fail(cfg, "serve.port", f"is {serve.port}", "give a port in 0..65535 (0: any free port)")
+    if not serve.idle_timeout_s > 0:
+        raise _fail(cfg, "serve.idle_timeout_s", f"is {serve.idle_timeout_s}", "give a positive number of seconds")
+    from tbx.serve import LOOPBACK
+
+    if serve.transport == "http" and serve.host not in LOOPBACK and not serve.token_env:
+        raise _fail(cfg, "serve.token_env", f"is not set, but serve.host={serve.host} is reachable from other "
+                    "machines", "export a token in a variable and name it: serve.token_env=TBX_SERVE_TOKEN "
+                    "(clients send 'Authorization: Bearer <token>'), or bind serve.host=127.0.0.1")
+    if serve.token_env and not os.environ.get(serve.token_env):
+        raise _fail(cfg, "serve.token_env", f"names the environment variable {serve.token_env}, which is not set",
+                    f"export {serve.token_env}=<token> before launching, or serve.token_env=null on 127.0.0.1")
 
 
 def _check_bands(cfg: Config) -> None:
@@ -389,12 +422,11 @@ def _check_tasks(cfg: Config) -> None:
 
 def _endpoints_used(cfg: Config, stage: str) -> list[tuple[str, EndpointConfig]]:
     used = []
-    if stage in EPISODE_STAGES:
-        if cfg.policy._target_ == MODEL_POLICY and cfg.model.kind == "openai":
-            used.append(("model.endpoint", cfg.model.endpoint))
-        if cfg.user._target_ == LLM_USER:
-            used.append(("user.endpoint", cfg.user.endpoint))
-    if stage in (*EPISODE_STAGES, "validate", "regrade") and cfg.judge._target_ == LLM_JUDGE:
+    if stage in EPISODE_STAGES and cfg.policy._target_ == MODEL_POLICY and cfg.model.kind == "openai":
+        used.append(("model.endpoint", cfg.model.endpoint))
+    if stage in USER_STAGES and cfg.user._target_ == LLM_USER:
+        used.append(("user.endpoint", cfg.user.endpoint))
+    if stage in (*USER_STAGES, "validate", "regrade") and cfg.judge._target_ == LLM_JUDGE:
         used.append(("judge.endpoint", cfg.judge.endpoint))
     return used
 

@@ -45,6 +45,12 @@ class AgentFault(TbxError):
         super().__init__(f"{reason}: {detail}")
 
 
+class AgentLeft(TbxError):
+    """The agent under test ended its session before the user ended the conversation (an agent served
+    over MCP whose client closed or vanished). Not an error: the episode's outcome is `abandoned`,
+    counted as a failure (docs/serve.md says why)."""
+
+
 class InputError(TbxError, ValueError):
     """Bad user input: names the file, the field and the fix."""
 

@@ -1,7 +1,8 @@
 """Summaries of episode outcomes (pure): counts for the terminal, and the reliability metrics.
 
 pass@1 is the mean success over attempts that reached a verdict: error outcomes and exclusions
-are reported beside it, never counted as failures. Coverage (pass@k, solved at least once) and
+are reported beside it, never counted as failures; `abandoned` (a served agent left mid-task) is a
+verdict, a failure with its own count. Coverage (pass@k, solved at least once) and
 repeatability (observed k/k, pass^k) are reported together, never one alone (SPEC §7).
 pass@k uses the unbiased estimator 1 - C(n-c, k) / C(n, k); with exactly k attempts per task it
 equals the share of tasks solved at least once, which is what the reference publishes.
@@ -20,11 +21,11 @@ import numpy as np
 from tbx.episodes.record import ERROR_OUTCOMES, Outcome
 from tbx.errors import TbxError
 
-VERDICTS = (Outcome.SUCCESS, Outcome.FAILURE)
+VERDICTS = (Outcome.SUCCESS, Outcome.FAILURE, Outcome.ABANDONED)  # outcomes with a reward (1, 0, 0)
 
 
 def _rate(counts: Counter) -> float | None:
-    judged = counts[Outcome.SUCCESS.value] + counts[Outcome.FAILURE.value]
+    judged = sum(counts[o.value] for o in VERDICTS)
     return counts[Outcome.SUCCESS.value] / judged if judged else None
 
 
@@ -77,8 +78,12 @@ def format_summary(summary: Mapping[str, Any], title: str) -> str:
     rows = [("all", summary)] + list(summary["by_family"].items())
     for name, group in rows:
         c = group["counts"]
+        failed = c["failure"] + c.get("abandoned", 0)  # summaries written before `abandoned` lack it
         lines.append(f"{name[:40]:40s} {group['n_tasks']:6d} {group['episodes']:6d} {pct(group['pass_at_1'])} "
-                     f"{c['success']:5d} {c['failure']:5d} {group['errors']:5d} {c['excluded']:5d}")
+                     f"{c['success']:5d} {failed:5d} {group['errors']:5d} {c['excluded']:5d}")
+    if summary["counts"].get("abandoned"):
+        lines.append(f"fail includes {summary['counts']['abandoned']} abandoned (the agent left before the user "
+                     "ended the conversation)")
     return "\n".join(lines)
 
 
@@ -88,7 +93,7 @@ def format_summary(summary: Mapping[str, Any], title: str) -> str:
 # (True = success). Errors and exclusions never enter these lists; `outcomes_from_records` builds
 # them from stored records and counts the rest separately.
 
-JUDGED = {Outcome.SUCCESS.value: True, Outcome.FAILURE.value: False}
+JUDGED = {Outcome.SUCCESS.value: True, Outcome.FAILURE.value: False, Outcome.ABANDONED.value: False}
 NOT_JUDGED = tuple(o.value for o in Outcome if o not in VERDICTS)  # errors and exclusions
 
 

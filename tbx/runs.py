@@ -84,7 +84,7 @@ def stage_tasks(cfg: Config) -> list:
             return manifest_tasks(load_manifest(cfg.train.pool, "train.pool"))
         except InputError:
             return []  # the stage itself stops on the manifest, with this error
-    if cfg.stage.name in ("eval", "probe", "validate", "pipeline"):
+    if cfg.stage.name in ("eval", "probe", "validate", "pipeline", "serve"):
         return resolve_tasks(cfg.tasks)
     return []
 
@@ -155,7 +155,8 @@ def run_name(cfg: Config) -> str:
         return f"select-{cfg.pool.name}-{run_identity(cfg)}"
     if cfg.stage.name == "report":
         return f"report-{len(cfg.runs)}runs-{run_identity(cfg)}"
-    return f"{cfg.stage.name}-{cfg.tasks.name}-{cfg.policy.name}-{run_identity(cfg)}"
+    agent = cfg.serve.agent_name if cfg.stage.name == "serve" else cfg.policy.name
+    return f"{cfg.stage.name}-{cfg.tasks.name}-{agent}-{run_identity(cfg)}"
 
 
 def changed_settings(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -24,7 +24,8 @@ REQUIRED = {("backend", "postgres"): ["backend.url=postgresql+psycopg://postgres
                                               "model.endpoint.model=some-model"],
             ("experiment", "reference_probe"): ["model.path=/models/base"],
             ("experiment", "reference_train"): ["model.path=/models/base", "train.pool=pool.json"],
-            ("experiment", "reference_eval"): ["model.path=/models/trained"]}
+            ("experiment", "reference_eval"): ["model.path=/models/trained"],
+            ("stage", "serve"): ["serve.agent_name=some_agent"]}
 
 
 def show(dict_cfg, capsys) -> str:

@@ -236,3 +236,23 @@ def test_pass_curves() -> None:
     short = pass_curves({"a": [T, F, T], "b": [F]}, allow_incomplete=True)
     assert short.pass_at_k == pytest.approx((1 / 3, 1 / 2, 1 / 2))
     assert short.pass_hat_k == pytest.approx((1 / 3, 1 / 6, 0.0))
+
+
+def test_abandoned_is_a_verdict_of_zero_with_its_own_count() -> None:
+    from tbx.metrics import format_summary, outcome_summary
+
+    def record(task, attempt, outcome):
+        return {"task_id": task, "domain": "x", "family": "f", "attempt": attempt, "outcome": outcome,
+                "usage": {}, "counts": {}}
+
+    records = [record("a", 0, "success"), record("a", 1, "abandoned"), record("b", 0, "failure"),
+               record("b", 1, "infra_error")]
+    outcomes, _, errors = outcomes_from_records(records)
+    assert outcomes == {"a": [T, F], "b": [F]}  # abandoned counts as a failed attempt; the error does not
+    assert "abandoned" not in errors
+    summary = outcome_summary(records)
+    assert summary["pass_at_1"] == 1 / 3  # 1 success of 3 verdicts (success, abandoned, failure)
+    assert summary["counts"]["abandoned"] == 1 and summary["errors"] == 1
+    table = format_summary(summary, "t")
+    assert table.splitlines()[2].split()[4:6] == ["1", "2"]  # succ 1, fail 2 (failure + abandoned)
+    assert "fail includes 1 abandoned" in table

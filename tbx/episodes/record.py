@@ -17,6 +17,7 @@ class Outcome(StrEnum):
     USER_SIM_ERROR = "user_sim_error"  # the simulated user failed or broke its contract
     VERIFIER_ERROR = "verifier_error"  # the grader or judge could not decide
     EXCLUDED = "excluded"  # judge rules but no judge configured: counted, never passed
+    ABANDONED = "abandoned"  # a served agent left before the user ended the conversation: reward 0
 
 
 ERROR_OUTCOMES = frozenset({Outcome.INFRA_ERROR, Outcome.USER_SIM_ERROR, Outcome.VERIFIER_ERROR})
@@ -38,16 +39,16 @@ class EpisodeResult:
     grade: dict[str, Any] | None
     hashes: dict[str, str]  # task, tools, grader, initial state
     timings: dict[str, float]  # seconds: clone, loop, grade, total
-    ended_by: str = ""  # user_stop | turn_limit | error
+    ended_by: str = ""  # user_stop | turn_limit | agent_left | an AgentFault reason | error
     # policy and user names; user_end (why a user_stop: completed | cannot_help | patience | user); faults
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def reward(self) -> float | None:
-        """1/0 for a verdict; None for errors and exclusions (never a 0)."""
+        """1/0 for a verdict (abandoned is a 0); None for errors and exclusions (never a 0)."""
         if self.outcome is Outcome.SUCCESS:
             return 1.0
-        if self.outcome is Outcome.FAILURE:
+        if self.outcome in (Outcome.FAILURE, Outcome.ABANDONED):
             return 0.0
         return None
 

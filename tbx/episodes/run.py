@@ -7,6 +7,8 @@ agent's own turn causes (`AgentFault`: a context overflow, a request of its mess
 refuses, a provider's filter, a turn past `turn_timeout_s`) ends the conversation like the turn limit
 and the state is graded; what the harness, the network or a server causes is an error outcome, never
 a failure. Every wait is bounded; blocking database work runs off the event loop (`tbx.waits`).
+An agent may also leave (`AgentLeft`: a served agent's session ended before the user ended the
+conversation): the state it left is graded for the record, and the outcome is `abandoned`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from tbx.backend.state import state_delta
 from tbx.catalog import TaskRuntime, source_hash
 from tbx.config import FaultsConfig
 from tbx.episodes.record import EpisodeResult, Outcome
-from tbx.errors import AgentFault, InfraError, UserSimError, VerifierError
+from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.faults import EpisodeFaults
 from tbx.grading import grade_state
 from tbx.grading.judge import Judge
@@ -73,7 +75,7 @@ async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | 
             raise InfraError(f"the model endpoint refused the harness's first request (system prompt, tools and "
                              f"opening only; check the model settings): {fault.detail}") from fault
         raise
-    except InfraError:
+    except (InfraError, AgentLeft):
         raise
     except Exception as exc:  # a policy crash is the harness's fault, not the agent's
         raise InfraError(f"policy failed: {exc!r}") from exc
@@ -81,7 +83,7 @@ async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | 
 
 async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
                     max_turns: int | None, timeout_s: float | None, turn_timeout_s: float | None) -> str:
-    """Run the dialogue; return what ended it (user_stop | turn_limit | an `AgentFault` reason)."""
+    """Run the dialogue; return what ended it (user_stop | turn_limit | agent_left | an `AgentFault` reason)."""
     limit = runtime.task.turn_limit if max_turns is None else min(runtime.task.turn_limit, max_turns)
     for _ in range(limit):
         log.counts["turns"] += 1
@@ -90,6 +92,8 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript, 
         except AgentFault as fault:
             log.ending = fault.detail
             return fault.reason
+        except AgentLeft:
+            return "agent_left"
         log.usage["agent"] += turn.usage
         log.messages.append(turn.as_message())
         for raw in turn.malformed:
@@ -197,6 +201,8 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         final = await _final_state(runtime, backend, db, chaos, call_timeout_s)
         delta = state_delta(runtime.initial, final)
         outcome, cause, grade = await _verdict(runtime, final, judge, log, call_timeout_s)
+        if ended_by == "agent_left":  # the state is graded for the record; the verdict is that it left
+            outcome, cause = Outcome.ABANDONED, f"the agent left before the user ended the conversation ({cause})"
         timings["grade"] = time.perf_counter() - mark
     except InfraError as exc:
         outcome, cause, ended_by = Outcome.INFRA_ERROR, str(exc), "error"

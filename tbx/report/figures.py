@@ -42,7 +42,7 @@ def pick_changed_tasks(stats: Sequence[RunStats], count: int = 3) -> list[str]:
 
 
 def _cell_colour(outcome: str | None) -> str:
-    return {"success": PASS, "failure": FAIL, None: MISSING}.get(outcome, ERROR)
+    return {"success": PASS, "failure": FAIL, "abandoned": FAIL, None: MISSING}.get(outcome, ERROR)
 
 
 def attempt_grid_figure(stats: Sequence[RunStats], tasks: Sequence[str], path: Path) -> Path:

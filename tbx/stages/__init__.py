@@ -2,6 +2,7 @@
 
 STAGES = {
     "eval": "tbx.stages.eval:run_eval",
+    "serve": "tbx.stages.serve:run_serve",
     "regrade": "tbx.stages.regrade:run_regrade",
     "validate": "tbx.stages.validate:run_validate",
     "probe": "tbx.stages.probe:run_probe",

@@ -13,11 +13,15 @@ import asyncio
 import hashlib
 import json
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from tbx.backend import Backend
 from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
 from tbx.config import Config
 from tbx.durable import write_text
@@ -161,9 +165,22 @@ def headline(records: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
             "incomplete_tasks": list(summary.incomplete)}
 
 
-def run_eval(cfg: Config) -> dict[str, Any]:
-    """Start-up checks first (tasks, backend, store); the run folder's files are written only once they
-    pass, so a failing start leaves an earlier run as it was."""
+@dataclass
+class OpenRun:
+    """A campaign's run folder, results store, backend and prepared tasks (this shard's)."""
+
+    run_dir: Path
+    log: ResultStore
+    backend: Backend
+    runtimes: dict[str, TaskRuntime]
+
+
+@contextmanager
+def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
+    """Check the settings, resolve this shard's tasks, open the backend, the run folder (the run's
+    identity) and its store, prepare the tasks; close the store and backend on the way out. The run
+    folder's files are written only once the start-up checks passed, so a failing start leaves an
+    earlier run as it was; other processes' tries are read back once the body finished."""
     validate_eval(cfg)
     validate_faults(cfg.faults, cfg.eval.call_timeout_s)
     every_task = resolve_tasks(cfg.tasks)
@@ -176,29 +193,43 @@ def run_eval(cfg: Config) -> dict[str, Any]:
     backend = build_backend(cfg)
     try:
         run_dir = resolve_run_dir(cfg)
-        log = open_store(cfg.store.url, run_dir, identity, "eval", cfg.store.timeout_s)
+        log = open_store(cfg.store.url, run_dir, identity, stage, cfg.store.timeout_s)
         try:
             runtimes = prepare_all(tasks, backend)
             save_run_meta(run_dir, cfg)
             write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
-            attempts = {task_id: range(cfg.eval.attempts) for task_id in runtimes}
-            run_loop(run_campaign(cfg, runtimes, log, backend, attempts, "eval", run_dir))
+            yield OpenRun(run_dir, log, backend, runtimes)
             log.refresh()  # other processes on this run stored theirs
         finally:
             log.close()
     finally:
         backend.close()
-    wanted = {(t, a) for t in runtimes for a in range(cfg.eval.attempts)}
+
+
+def run_eval(cfg: Config) -> dict[str, Any]:
+    with open_run(cfg, "eval") as run:
+        attempts = {task_id: range(cfg.eval.attempts) for task_id in run.runtimes}
+        run_loop(run_campaign(cfg, run.runtimes, run.log, run.backend, attempts, "eval", run.run_dir))
+    return write_summary(cfg, run.run_dir, run.log, run.runtimes, cfg.policy.name,
+                         f"eval {cfg.tasks.name} with {cfg.policy.name} -> {run.run_dir}")
+
+
+def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterable[str], label: str, title: str,
+                  out: TextIO | None = None) -> dict[str, Any]:
+    """The run's summary over the final try of every (task, attempt) asked: summary.json, the logging
+    sink, `summary_path`, and the table printed to `out` (stdout by default). `label` names the agent.
+    A run without any verdict (every attempt errored) reports pass@1 as undefined and exits 3."""
+    wanted = {(t, a) for t in task_ids for a in range(cfg.eval.attempts)}
     records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
     summary = outcome_summary(records) | headline(records, cfg.eval.attempts) | {
-        "k": cfg.eval.attempts, "run_dir": str(run_dir), "policy": cfg.policy.name, "tasks": cfg.tasks.name,
+        "k": cfg.eval.attempts, "run_dir": str(run_dir), "policy": label, "tasks": cfg.tasks.name,
         "attempts": cfg.eval.attempts, "error_tries": log.error_tries(),
         "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
     write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     log_summary(cfg, run_dir, summary, "eval")
     if cfg.summary_path:
         write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
-    print(format_summary(summary, f"eval {cfg.tasks.name} with {cfg.policy.name} -> {run_dir}"))
+    print(format_summary(summary, title), file=out or sys.stdout)
     if summary["pass_at_1"] is None and records:
         print(f"no attempt reached a verdict ({summary['errors']} errors, {summary['counts']['excluded']} "
               f"excluded): pass@1 is undefined; the causes are stored with each try", file=sys.stderr)

@@ -63,6 +63,8 @@ def run_regrade(cfg: Config) -> dict[str, Any]:
     for record in records:
         if record["final_delta"] is None or record["outcome"] in ERROR_VALUES:
             continue  # no verdict was reached: nothing to reproduce
+        if record["outcome"] == Outcome.ABANDONED.value:
+            continue  # the verdict is that the agent left, whatever state it left
         outcome = regrade_record(record, runtimes[record["task_id"]])
         checked += 1
         if outcome == record["outcome"]:

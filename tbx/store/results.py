@@ -197,10 +197,10 @@ class ResultStore:
                               "by the next start")
 
     def tries(self, task_id: str, attempt: int) -> int:
-        return len(self._tries[(task_id, attempt)])
+        return len(self._tries.get((task_id, attempt), ()))
 
     def is_final(self, task_id: str, attempt: int, max_error_retries: int) -> bool:
-        tries = self._tries[(task_id, attempt)]
+        tries = self._tries.get((task_id, attempt), [])  # a lookup adds no empty entry for final_records
         if not tries:
             return False
         return tries[-1]["outcome"] not in ERROR_VALUES or len(tries) > max_error_retries

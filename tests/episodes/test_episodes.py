@@ -11,7 +11,7 @@ from tbx.backend import dump_state
 from tbx.catalog import prepare_task
 from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
-from tbx.errors import InfraError, UserSimError, VerifierError
+from tbx.errors import AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import AssistantTurn, ToolCall
 from tbx.policies.base import Agent, Policy
@@ -221,3 +221,34 @@ def test_every_mock_task_oracle_and_null(backend, index):
     runtime = prepare_task(mock_task(index), backend)
     assert play(runtime, backend, OraclePolicy()).outcome is Outcome.SUCCESS
     assert play(runtime, backend, NullPolicy()).outcome is Outcome.FAILURE
+
+
+class LeavesAfter(Policy):
+    """Plays the reference's first `steps` turns, then leaves (a served agent whose client closed)."""
+
+    name = "leaves"
+
+    def __init__(self, steps):
+        self.steps = steps
+
+    def agent(self, context):
+        turns = turns_from_steps(context.task.reference)[: self.steps]
+
+        class Leaving(Agent):
+            async def act(self, messages, tools):
+                if not turns:
+                    raise AgentLeft("the session closed")
+                return turns.pop(0)
+
+        return Leaving()
+
+
+def test_an_agent_that_leaves_is_abandoned_a_zero_with_the_state_graded(backend):
+    runtime = prepare_task(mock_task(), backend)
+    assert runtime.task.reference[-1].say  # the reference ends by telling the user it is done
+    done = play(runtime, backend, LeavesAfter(len(runtime.task.reference) - 1))  # all the work, then gone
+    assert done.outcome is Outcome.ABANDONED and done.reward == 0.0 and done.ended_by == "agent_left"
+    assert done.grade["passed"] is True  # the state it left would have passed; the verdict is that it left
+    assert "left before the user ended" in done.cause
+    early = play(runtime, backend, LeavesAfter(0))
+    assert early.outcome is Outcome.ABANDONED and early.grade["passed"] is False and early.counts["turns"] == 1

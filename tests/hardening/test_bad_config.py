@@ -119,6 +119,17 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=eval", "tasks=files", "tasks.path=/nonexistent/tasks"], "/nonexistent/tasks", "tasks.path",
      "an existing task file or folder"),
     (["stage=eval", "tasks.domains=[travel,airline]"], "conf/tasks/travel.yaml", "tasks.domains", "retail"),
+    (["stage=serve"], "conf/stage/serve.yaml", "serve.agent_name", "serve.agent_name=NAME"),
+    (["stage=serve", "serve.agent_name='my agent'"], "conf/stage/serve.yaml", "serve.agent_name", "letters, digits"),
+    (["stage=serve", "serve.agent_name=a", "serve.transport=sse"], "conf/stage/serve.yaml", "serve.transport",
+     "http, stdio"),
+    (["stage=serve", "serve.agent_name=a", "serve.port=70000"], "conf/stage/serve.yaml", "serve.port", "0..65535"),
+    (["stage=serve", "serve.agent_name=a", "serve.host=0.0.0.0"], "conf/stage/serve.yaml", "serve.token_env",
+     "serve.token_env=TBX_SERVE_TOKEN"),
+    (["stage=serve", "serve.agent_name=a", "serve.token_env=TBX_TEST_TOKEN_NOT_SET"], "conf/stage/serve.yaml",
+     "serve.token_env", "export TBX_TEST_TOKEN_NOT_SET=<token>"),
+    (["stage=serve", "serve.agent_name=a", "user=llm"], "conf/user/llm.yaml", "user.endpoint.base_url",
+     "user.endpoint.base_url="),
 ])
 def test_value_mistake_names_file_field_and_fix(monkeypatch, overrides, source, field, fix):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
