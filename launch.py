@@ -115,7 +115,17 @@ def main(dict_cfg: DictConfig) -> None:
         sys.exit(result["exit_code"])
 
 
+SHOW_WRITES_NOTHING = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout")
+
+
+def without_run_files(argv: list[str]) -> list[str]:
+    """`show=true` prints and writes nothing: no Hydra run folder, no .hydra/, no log file."""
+    if "show=true" in argv and not any(arg.startswith("-") for arg in argv):
+        return [*argv, *SHOW_WRITES_NOTHING]
+    return argv
+
+
 if __name__ == "__main__":
-    sys.argv[1:] = rewrite_aliases(with_main_job(sys.argv[1:]))
+    sys.argv[1:] = without_run_files(rewrite_aliases(with_main_job(sys.argv[1:])))
     precheck(sys.argv[1:])
     main()

@@ -26,3 +26,14 @@ def test_the_reference_recipe_experiments_are_the_recipe():
     evaluation = compose_cfg("experiment=reference_eval", "model.path=/models/trained")
     assert (evaluation.stage.name, evaluation.tasks.name, evaluation.eval.attempts) == ("eval", "bench", 20)
     assert evaluation.model.dtype == train.model.dtype == probe.model.dtype == "bfloat16"
+
+
+def test_show_prints_the_plan_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, str(ROOT / "launch.py"), "stage=eval", "policy=oracle", "tasks=mock",
+                          "show=true", f"out_root={tmp_path}/out"], capture_output=True, text=True, cwd=tmp_path,
+                         timeout=300)
+    assert out.returncode == 0 and "# plan: stage=eval" in out.stdout, out.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []  # no run folder, no Hydra folder, no .hydra/, no log file
