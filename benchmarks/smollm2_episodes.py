@@ -57,21 +57,21 @@ def measure(out: Path, label: str, *overrides: str) -> dict:
 
 def time_syncs(cfg: Config, out: Path, count: int) -> list[float]:
     """Full-parameter syncs of the model into the running server, as the trainer does after a step."""
-    from tbx.policies.hf_model import load_directory
+    from tbx.policies.hf_model import load_directory, model_directory
     from tbx.policies.trainable import TrainablePolicy
     from tbx.policies.vllm import folder_version, serve
 
-    served = serve(cfg.model)
-    module, _ = load_directory(served[2].spec.directory, cfg.model.dtype)
-    policy = TrainablePolicy(*served, model=module, finetune="full", weights_dir=out / "weights", run_name="bench")
+    directory = model_directory(cfg.model)[0]
+    served = serve(cfg.model, directory=directory)
+    module, _ = load_directory(directory, cfg.model.dtype)
+    policy = TrainablePolicy(served, model=module, finetune="full", weights_dir=out / "weights", run_name="bench")
     seconds = []
     for step in range(1, count + 1):
         started = time.perf_counter()
         reload = policy.sync_weights(step)
         seconds.append(time.perf_counter() - started)
         print(f"sync {step}: {seconds[-1]:.2f} s (save + reload; the server's part {reload:.2f} s)")
-    directory = served[2].spec.directory
-    served[2].load_weights(directory, folder_version(cfg.model.name, directory))
+    served.server.load_weights(served.server.spec.directory, folder_version(cfg.model.name, directory))
     return seconds
 
 

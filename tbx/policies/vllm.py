@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 
 from tbx.config import Config, ModelConfig
+from tbx.errors import InfraError
 from tbx.llm_client import ChatClient, _RetryableError
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent, EpisodeContext, Policy
@@ -100,13 +101,14 @@ class VLLMPolicy(Policy):
 
     name = "vllm"
 
-    def __init__(self, model_cfg: ModelConfig, tokenizer: Any, server: VLLMServer, weights_version: str):
+    def __init__(self, served: Served):
+        model_cfg, tokenizer, server = served.model, served.tokenizer, served.server
         self.model_cfg, self.tokenizer, self.server = model_cfg, tokenizer, server
         self.model_name = model_cfg.name
         self.price_input_per_mtok = model_cfg.price_input_per_mtok
         self.price_output_per_mtok = model_cfg.price_output_per_mtok
         self.tool_format = check_tool_format(model_cfg.tool_format)
-        self.weights_version = weights_version  # what the server answers with now
+        self.weights_version = served.version  # what the server answers with now
         self.served_model = server.spec.served_name  # a LoRA adapter's name while the trainer serves one
         self.client = TokenClient(server.base_url, model_cfg, server.spec.max_num_seqs)
         vocab = tokenizer.get_vocab()
@@ -114,7 +116,7 @@ class VLLMPolicy(Policy):
 
     @classmethod
     def from_config(cls, cfg: Config) -> VLLMPolicy:
-        return cls(*serve(cfg.model, seed=cfg.seed))
+        return cls(serve(cfg.model, seed=cfg.seed))
 
     def agent(self, context: EpisodeContext) -> Agent:
         return VLLMAgent(self, seed=context.seed)
@@ -139,6 +141,9 @@ class VLLMPolicy(Policy):
                     "logprobs": 0, "stop_token_ids": self.stop_ids, "stop": [CALL_CLOSE],
                     "include_stop_str_in_output": True}
         result = await self.client.generate(prompt_ids, sampling, self.served_model)
+        if result["versions"] and result["versions"] != (self.weights_version,):
+            raise InfraError(f"the turn was sampled by weights {list(result['versions'])}, not {self.weights_version}: "
+                             "another process changed what the vLLM server serves (one run per server at a time)")
         text = self.tokenizer.decode(result["token_ids"], skip_special_tokens=True)
         if CALL_CLOSE in text:
             text = text[:text.index(CALL_CLOSE) + len(CALL_CLOSE)]
@@ -169,24 +174,37 @@ class VLLMAgent(Agent):
                              malformed=parsed.malformed)
 
 
-def serve(model: ModelConfig, *, lora_rank: int = 0, seed: int = 0,
-          directory: Path | None = None) -> tuple[ModelConfig, Any, VLLMServer, str]:
-    """The model's folder served (started, reused or attached) with its own weights answering, and
-    the tokenizer: what `VLLMPolicy` is built from. Tied-embedding models are served from their
-    serving copy (tbx/vllm_weights.py)."""
+@dataclass(frozen=True)
+class Served:
+    """A model being served: its config, its tokenizer, the server, and the label of the weights
+    answering now."""
+
+    model: ModelConfig
+    tokenizer: Any
+    server: VLLMServer
+    version: str
+
+
+def serve(model: ModelConfig, *, lora_rank: int = 0, seed: int = 0, directory: Path | None = None,
+          tokenizer: Any = None) -> Served:
+    """The model's folder served (started, reused or attached) with its own weights answering: what
+    `VLLMPolicy` is built from. Tied-embedding models are served from their serving copy
+    (tbx/vllm_weights.py)."""
     from tbx.policies.hf_model import load_tokenizer, model_directory, resolve_config_path
 
     directory = directory or model_directory(model)[0]
     version = folder_version(model.name, directory)
     served = serving_folder(directory, resolve_config_path(model.cache_dir) / "served", version)
-    spec = spec_for(model, served, lora_rank=lora_rank, seed=seed)
-    if model.endpoint.base_url:
+    attach = bool(model.endpoint.base_url)
+    spec = spec_for(model, served, lora_rank=lora_rank, seed=seed, attach=attach)
+    if attach:
         server = VLLMServer.attach(model.endpoint.base_url, spec)
     else:
         server = shared_server(spec, ready_timeout_s=model.server.ready_timeout_s)
+    server.resume()  # a process killed in the middle of a weight swap may have left it paused
     current = server.weight_version()
     if current == "default" and server.process is not None and server.weights == str(served):
         server.label_weights(version)  # just started with these weights
     elif current != version:
         server.load_weights(served, version)
-    return model, load_tokenizer(directory), server, version
+    return Served(model, tokenizer if tokenizer is not None else load_tokenizer(directory), server, version)

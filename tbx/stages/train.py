@@ -20,6 +20,7 @@ import json
 import random
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -113,6 +114,7 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
         for episode in batch.discarded:
             policy.take_trace(episode.seed)
         samples = step_samples(batch, policy, cfg.grpo.norm_adv_by_std)
+        policy.forget_agents()  # cancelled episodes' traces: no step reads them
         rewards = [e.reward for g in batch.groups for e in g.episodes]
         for g in batch.groups:
             scored.extend(e.reward for e in g.episodes)
@@ -131,9 +133,11 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
                    "train/pool_pass_at_1_so_far": float(np.mean(scored)) if scored else 0.0}
         metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
         if update is not None:
+            # vLLM's log-probs are the raw (temperature-1) ones: compared with the trainer's only at temperature 1
+            gap = update.logprob_gap if cfg.model.temperature == 1.0 else float("nan")
             metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
                         "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
-                        "train/logprob_gap": update.logprob_gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
+                        "train/logprob_gap": gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
         sink.log(metrics, step=step + 1)
         ctx["history"].append(metrics)
         print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
@@ -158,8 +162,6 @@ def _for_store(result, step: int):  # noqa: ANN001, ANN202
 
 
 def run_train(cfg: Config) -> dict[str, Any]:
-    import torch
-
     from tbx.episodes import run_episode
 
     manifest = load_manifest(cfg.train.pool)
@@ -168,7 +170,38 @@ def run_train(cfg: Config) -> dict[str, Any]:
     validate_train(cfg, manifest)
     tasks = pool_tasks(manifest)
     run_dir = resolve_run_dir(cfg)
-    save_run_meta(run_dir, cfg)
+    store = open_store(cfg.store.url, run_dir, run_identity(cfg, tasks), "train", cfg.store.timeout_s)
+    try:
+        # one trainer per run: a second process stops here with one line, before it writes anything or
+        # starts a model server
+        store.lock_run(str(run_dir))
+        save_run_meta(run_dir, cfg)
+        policy, ctx = _start(cfg, run_dir, tasks, store)
+        backend = build_backend(cfg)
+        try:
+            runtimes = prepare_all(tasks, backend)
+            with stage_sink(cfg, run_dir) as sink:
+                ctx |= {"sink": sink, "runtimes": runtimes, "backend": backend, "run_episode": run_episode}
+                run_loop(_run_and_close(cfg, ctx, policy))
+        finally:
+            backend.close()
+    finally:
+        store.close()
+    history = ctx["history"]
+    final = publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model")
+    record_engine(run_dir, policy.engine())
+    summary = {"run_dir": str(run_dir), "pool_hash": manifest["hash"], "steps": cfg.grpo.steps, "history": history,
+               "final_model": str(final), "weights": policy.weights_version}
+    write_text(run_dir / "train.json", json.dumps(summary, indent=2))
+    print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
+    return summary
+
+
+def _start(cfg: Config, run_dir: Path, tasks: list, store) -> tuple[TrainablePolicy, dict[str, Any]]:  # noqa: ANN001
+    """The policy (served), optimizer and sampler, from the run's last checkpoint when there is one: the
+    server then answers with that checkpoint's weights, as it did for the uninterrupted run."""
+    import torch
+
     # every generator a checkpoint saves starts from the seed (Python's and numpy's would start from fresh
     # entropy), so two runs of one config checkpoint the same states
     random.seed(cfg.seed)
@@ -187,31 +220,13 @@ def run_train(cfg: Config) -> dict[str, Any]:
         start, extra = load_checkpoint(latest, policy.model, optimizer)
         sampler.load_state_dict(extra["sampler"])
         scored, history = extra["scored"], extra["history"]
-        policy.sync_weights(start)  # the server answers with the checkpoint's weights, as it did then
+        policy.sync_weights(start)
         print(f"resuming {run_dir} from step {start}", file=sys.stderr)
     record_engine(run_dir, policy.engine())
-    store = open_store(cfg.store.url, run_dir, run_identity(cfg, tasks), "train", cfg.store.timeout_s)
-    store.lock_run(str(run_dir))  # one trainer per run: a second process stops here with one line
     # episodes a killed process stored after its last checkpoint were not trained on; they are replayed
     store.discard_from(start * STEP_STRIDE)
-    backend = build_backend(cfg)
-    try:
-        runtimes = prepare_all(tasks, backend)
-        with stage_sink(cfg, run_dir) as sink:
-            ctx = {"policy": policy, "sampler": sampler, "store": store, "sink": sink, "runtimes": runtimes,
-                   "backend": backend, "optimizer": optimizer, "start": start, "scored": scored,
-                   "history": history, "checkpoints": checkpoints, "run_episode": run_episode}
-            run_loop(_run_and_close(cfg, ctx, policy))
-    finally:
-        backend.close()
-        store.close()
-    final = publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model")
-    record_engine(run_dir, policy.engine())
-    summary = {"run_dir": str(run_dir), "pool_hash": manifest["hash"], "steps": cfg.grpo.steps, "history": history,
-               "final_model": str(final), "weights": policy.weights_version}
-    write_text(run_dir / "train.json", json.dumps(summary, indent=2))
-    print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
-    return summary
+    return policy, {"policy": policy, "sampler": sampler, "store": store, "optimizer": optimizer, "start": start,
+                    "scored": scored, "history": history, "checkpoints": checkpoints}
 
 
 def _train_with_verl(cfg: Config, manifest: dict[str, Any]) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 COIN = ("policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin")
 PRELOAD = ["launch", "tbx.stages.eval", "tbx.stages.probe", "tbx.stages.train", "tbx.stages.select",
-           "tbx.policies.local", "tests.stages.coin", "torch", "transformers",
+           "tbx.policies.vllm", "tbx.policies.trainable", "tests.stages.coin", "torch", "transformers",
            "transformers.models.llama.modeling_llama", "tests.hardening.kill_harness"]
 RUN_TIMEOUT_S = 120.0
 

@@ -159,3 +159,17 @@ def test_golden_two_steps_on_a_tiny_model():
     assert all(r.response_tokens == 6 and r.sequences == 3 for r in results)
     moved = sum(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert moved == len(before)  # every parameter took the two steps
+
+
+def test_the_sampler_gap_compares_each_completion_token_with_its_sampled_log_prob():
+    """Rows laid out as batch_tensors does: row 0's completion (8, 9) sits at target positions 2 and 3,
+    row 1's (2,) at position 0. |trainer - sampler| summed over the three: |(-1) - (-1.5)| + |(-2) - (-2)| +
+    |(-3) - (-2)| = 0.5 + 0 + 1 = 1.5 over 3 tokens; a row without sampler log-probs is left out."""
+    from tbx.rl.native import sampler_gap
+
+    samples = [TurnSample((5, 6, 7), (8, 9), 1.0, (-1.5, -2.0)), TurnSample((1,), (2,), 0.0, (-2.0,)),
+               TurnSample((1,), (3,), 0.0)]
+    _, _, response = batch_tensors(samples, 0)
+    logp = torch.zeros_like(response)
+    logp[0, 2], logp[0, 3], logp[1, 0] = -1.0, -2.0, -3.0
+    assert sampler_gap(logp, response, samples) == (pytest.approx(1.5), 3)

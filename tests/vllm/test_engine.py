@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tbx.config import EndpointConfig, ModelConfig
+from tbx.config import EndpointConfig, ModelConfig, ServerConfig
 from tbx.messages import Message
 from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.vllm import VLLMPolicy, folder_version, serve
@@ -51,7 +51,7 @@ def prompt(policy: VLLMPolicy, request: str) -> tuple[int, ...]:
 
 
 def test_seeded_turns_are_reproduced_and_carry_their_weights(smollm2_vllm):
-    policy = VLLMPolicy(*serve(attached(smollm2_vllm, max_new_tokens=24)))
+    policy = VLLMPolicy(serve(attached(smollm2_vllm, max_new_tokens=24)))
     ids = prompt(policy, REQUESTS[0])
 
     async def sample(seed: int):  # noqa: ANN202
@@ -76,7 +76,7 @@ def test_a_greedy_tool_call_is_parsed_and_traced(smollm2_vllm):
     """The shared parser reads vLLM's tokens; the trace holds the very ids (the stop included)."""
     from tbx.policies.base import EpisodeContext
 
-    policy = VLLMPolicy(*serve(attached(smollm2_vllm, temperature=0.0, max_new_tokens=48)))
+    policy = VLLMPolicy(serve(attached(smollm2_vllm, temperature=0.0, max_new_tokens=48)))
     agent = policy.agent(EpisodeContext(task=None, attempt=0, seed=0))  # type: ignore[arg-type]
     messages = [Message("system", POLICY), Message("user", REQUESTS[2])]
     turn = asyncio.run(agent.act(messages, TOOLS))
@@ -90,14 +90,18 @@ def test_a_greedy_tool_call_is_parsed_and_traced(smollm2_vllm):
     assert turn.usage.completion_tokens == len(traced.completion_ids)
 
 
-def test_a_server_starts_its_engine_dies_mid_episode_as_an_infra_error_and_stop_leaves_nothing(tiny_model,
+def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_leaves_nothing(tiny_model,
                                                                                               tmp_path):
-    """A real server started and health-checked. Its engine process is killed while an episode runs:
-    the episode ends as `infra_error` (never a failure). `stop` then ends the API server still running
-    (SIGTERM to its group): no process of the group is left and the port is closed."""
+    """The path `stage=eval` takes: `serve()` without an endpoint starts this process's server (health
+    checked, the weights labelled), a second model of the same architecture reuses it (loaded in place,
+    no new process). Its engine process is killed while an episode runs: the episode ends as
+    `infra_error` (never a failure). `stop_shared` then ends the API server still running (SIGTERM to
+    its group): no process of the group is left and the port is closed."""
+    import shutil
     import socket
 
     import httpx
+    from safetensors.torch import load_file, save_file
 
     from tbx.backend import make_backend
     from tbx.catalog import prepare_task
@@ -105,15 +109,27 @@ def test_a_server_starts_its_engine_dies_mid_episode_as_an_infra_error_and_stop_
     from tbx.episodes import Outcome, run_episode
     from tbx.tasks import load_task
     from tbx.users.base import UserSession, UserSimulator, UserTurn
+    from tbx.vllm_server import stop_shared
 
-    server = vllm_server("tiny", tiny_model, tmp_path)
-    with server:
+    model = ModelConfig(name="tiny", path=str(tiny_model), max_new_tokens=4, cache_dir=str(tmp_path / "cache"),
+                        server=ServerConfig(kv_cache_gib=1.0, max_num_seqs=8))
+    first = serve(model)
+    server = first.server
+    try:
         pgid, port = server.process.pid, server.port
         assert httpx.get(f"{server.root_url}/health").status_code == 200
         assert server.engine() == {"name": "vllm", "version": "0.32.0"}
+        assert server.weight_version() == first.version == folder_version("tiny", tiny_model)
+        other = tmp_path / "tiny-other"  # the same architecture, other weights
+        shutil.copytree(tiny_model, other)
+        weights = {k: v + 0.01 for k, v in load_file(str(other / "model.safetensors")).items()}
+        save_file({k: v.contiguous() for k, v in weights.items()}, str(other / "model.safetensors"))
+        second = serve(dataclasses.replace(model, path=str(other)))
+        assert second.server is server and server.process.pid == pgid  # reused, not restarted
+        assert server.weight_version() == second.version != first.version
         engines = [pid for pid in group_pids(pgid) if pid != pgid]
         assert engines  # the engine core runs beside the API server
-        policy = VLLMPolicy(*serve(attached(server, max_new_tokens=4)))
+        policy = VLLMPolicy(second)
 
         class KillingUser(UserSimulator):
             """Answers the agent's first turn after killing the server's engine processes."""
@@ -139,9 +155,25 @@ def test_a_server_starts_its_engine_dies_mid_episode_as_an_infra_error_and_stop_
             backend.close()
         assert result.counts["turns"] >= 1  # the first turn was played before the engine died
         assert result.outcome is Outcome.INFRA_ERROR and result.reward is None, (result.outcome, result.cause)
+    finally:
+        stop_shared()
     assert group_pids(pgid) == [] and server.process.returncode is not None
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_an_eval_records_the_engine_and_the_weights_in_run_json(smollm2_vllm, tmp_path):
+    import json
+
+    from tests.stages.test_eval_regrade import make_cfg, run
+
+    summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "tasks.limit=1", "policy=model",
+                           "eval.max_turns=1", f"model.path={smollm2_vllm.spec.directory}",
+                           f"model.endpoint.base_url={smollm2_vllm.base_url}", "model.endpoint.model=smollm2_135m",
+                           "model.max_new_tokens=16"))
+    engine = json.loads((Path(summary["run_dir"]) / "run.json").read_text())["engine"]
+    assert engine == {"name": "vllm", "version": "0.32.0", "served_model": "smollm2_135m",
+                      "weights": folder_version("smollm2_135m", smollm2_vllm.spec.directory)}
 
 
 def test_a_start_that_fails_reports_the_exit_code_and_the_log_tail(tiny_model, tmp_path):

@@ -49,13 +49,16 @@ def one_update(policy: TrainablePolicy, ids: tuple[int, ...], target: tuple[int,
                 micro_batch_size=1, temperature=1.0, max_grad_norm=1e9)
 
 
-def test_a_full_parameter_sync_makes_the_server_answer_as_the_trained_model(smollm2_vllm, tmp_path):
+def test_a_full_parameter_sync_makes_the_server_answer_as_the_trained_model(smollm2_vllm, smollm2_directory,
+                                                                             tmp_path):
+    """The production path: the tied SmolLM2 trained, its step written with its output layer beside it
+    (tbx/vllm_weights.py), reloaded into the server that serves its serving copy."""
     from tbx.policies.hf_model import load_directory
 
-    model_cfg = attached(smollm2_vllm, temperature=0.0, max_new_tokens=16)
-    base_dir = smollm2_vllm.spec.directory
-    module, _ = load_directory(smollm2_vllm.spec.directory, "float32")
-    policy = TrainablePolicy(*serve(model_cfg), model=module, finetune="full", weights_dir=tmp_path / "weights",
+    model_cfg = attached(smollm2_vllm, temperature=0.0, max_new_tokens=16, path=str(smollm2_directory))
+    module, _ = load_directory(smollm2_directory, "float32")
+    assert module.config.tie_word_embeddings
+    policy = TrainablePolicy(serve(model_cfg), model=module, finetune="full", weights_dir=tmp_path / "weights",
                              run_name="run")
     ids = policy.prompt_ids([Message("system", POLICY), Message("user", REQUESTS[0])], TOOLS)
     try:
@@ -78,8 +81,8 @@ def test_a_full_parameter_sync_makes_the_server_answer_as_the_trained_model(smol
         with pytest.raises(StaleSamplesError, match="1 of 2 turns"):
             policy.check_samples([Turn(ids, served.token_ids, (), served.weight_versions),
                                   Turn(ids, served.token_ids, (), ("smollm2_135m@base",))])
-    finally:
-        smollm2_vllm.load_weights(base_dir, folder_version("smollm2_135m", base_dir))  # for the other tests
+    finally:  # the base weights back, for the other tests
+        smollm2_vllm.load_weights(smollm2_vllm.spec.directory, folder_version("smollm2_135m", smollm2_directory))
 
 
 def test_a_lora_sync_serves_the_adapter_the_trainer_holds(tiny_vllm, tmp_path):
@@ -90,7 +93,7 @@ def test_a_lora_sync_serves_the_adapter_the_trainer_holds(tiny_vllm, tmp_path):
     module, _ = load_directory(tiny_vllm.spec.directory, "float32")
     module = get_peft_model(module, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
                                                task_type="CAUSAL_LM"))
-    policy = TrainablePolicy(*serve(attached(tiny_vllm, temperature=0.0, max_new_tokens=4)), model=module,
+    policy = TrainablePolicy(serve(attached(tiny_vllm, temperature=0.0, max_new_tokens=4)), model=module,
                              finetune="lora", weights_dir=tmp_path / "weights", run_name="lora-run")
     ids = policy.prompt_ids([Message("system", "Help."), Message("user", "hi")], [])
     before = hf_greedy(module, ids, 4)
@@ -101,8 +104,11 @@ def test_a_lora_sync_serves_the_adapter_the_trainer_holds(tiny_vllm, tmp_path):
     assert after[0] != before[0]  # the adapter changed the answer: the comparison below has teeth
     policy.sync_weights(1)
     served = served_greedy(policy, ids)
-    assert policy.served_model == "tiny-step_1" and served.weight_versions == ("lora-run:step_1",)
+    assert policy.served_model == "lora-run-step_1" and served.weight_versions == ("lora-run:step_1",)
     assert list(served.token_ids) == after[:len(served.token_ids)]
     policy.sync_weights(2)  # the next step's adapter replaces the first one
-    assert policy.served_model == "tiny-step_2"
+    assert policy.served_model == "lora-run-step_2"
     assert served_greedy(policy, ids).weight_versions == ("lora-run:step_2",)
+    assert {"lora-run-step_2"} == {m for m in tiny_vllm.served_models() if m.startswith("lora-run")}
+    policy.sync_weights(2)  # a resumed run syncs a step a killed one had loaded already: no clash
+    assert tiny_vllm.served_models().count("lora-run-step_2") == 1
