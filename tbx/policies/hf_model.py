@@ -15,7 +15,7 @@ convert at once both succeed; the second rename loses and its copy is discarded.
 Nothing here touches the network: `HF_HUB_OFFLINE=1` is set before transformers is imported and
 every `from_pretrained` gets `local_files_only=True`.
 
-Why the cache needs surgery (see shared/notes/machine-facts.md): `save_pretrained` refuses a
+Why the cache needs surgery: `save_pretrained` refuses a
 model loaded from GGUF ("quantized with gguf") although its weights are already plain floats, so
 the GGUF quantizer and `config.quantization_config` are dropped first; and some transformers
 versions give the tokenizer `eos=<|im_start|>` and no pad token, so both are set to the ChatML
@@ -42,7 +42,8 @@ _SOURCE = "model config"
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready for generation and what it took to get it."""
+    """The trainer's torch module (`model.dtype`, eval mode until the trainer switches it) with its tokenizer
+    and what it took to get it. Generation is vLLM's job (tbx/policies/vllm.py)."""
 
     model: Any  # transformers PreTrainedModel, in eval mode
     tokenizer: Any  # transformers tokenizer with eos and pad set
