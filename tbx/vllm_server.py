@@ -267,7 +267,7 @@ class VLLMServer:
             self._call("POST", "/v1/unload_lora_adapter", json={"lora_name": name})
         self._call("POST", "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": str(directory)})
         self.label_weights(version)
-        if replaces:
+        if replaces and replaces != name:  # a resumed run re-syncs the step it serves: keep it
             self._call("POST", "/v1/unload_lora_adapter", json={"lora_name": replaces})
         self.weights = str(directory)
         return time.perf_counter() - started
