@@ -110,7 +110,10 @@ def _car(car: Row) -> str:
 
 
 def _task(person: Row, instructions: str, opening: str, facts: dict, rows: dict, reference: list,
-          expected: list, persona: str = "") -> Built:
+          expected: list, persona: str = "", verified: bool = True) -> Built:
+    """A task's record; `verified`: the reference verifies the policyholder, which leaves an identity record."""
+    if verified:
+        expected = [_insert("identity_checks", policyholder_id=person["id"]), *expected]
     return {"persona": persona or f"{person['first_name']} {person['last_name']}, a Harborline Mutual "
                                   f"policyholder in {person['city']}, {person['state']}.",
             "instructions": instructions, "facts": facts, "opening": opening, "rows": rows,
@@ -362,7 +365,8 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
                  _facts(policy_number=row["policy_number"], date_of_birth=wrong), rows, steps,
                  [_insert("support_cases", policyholder_id=person["id"], policy_id=row["id"],
                           category="identity_verification_failed", status="open")],
-                 persona=f"Sam {person['last_name']}, partner of {person['first_name']} {person['last_name']}.")
+                 persona=f"Sam {person['last_name']}, partner of {person['first_name']} {person['last_name']}.",
+                 verified=False)
 
 
 FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {

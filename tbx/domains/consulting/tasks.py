@@ -93,8 +93,17 @@ def _name(person: Row) -> str:
     return f"{person['first_name']} {person['last_name']}"
 
 
+def _verified(client: Row | None = None, consultant: Row | None = None) -> dict:
+    """The identity record a successful verification of a billing contact (of `client`) or of a
+    `consultant` leaves (checked like any write)."""
+    return _insert("identity_checks", client_id=client["id"] if client else None,
+                   consultant_id=consultant["id"] if consultant else None)
+
+
 def _built(persona: str, instructions: str, opening: str, facts: dict, account: Account, reference: list,
-           expected: list) -> Built:
+           expected: list, verified: dict | None = None) -> Built:
+    """A task's record; `verified`: the identity record its reference leaves, if any (`_verified`)."""
+    expected = [verified, *expected] if verified else expected
     return {"persona": persona, "instructions": instructions, "facts": facts, "opening": opening,
             "rows": account.rows, "reference": reference, "expected": expected}
 
@@ -139,7 +148,8 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                   f"Hello, our latest invoice bills hours of {_name(who)} that were never worked for us. "
                   f"We need a credit.",
                   _facts(client_code=code, email=account.client["billing_contact_email"], invoice_number=number,
-                         disputed_hours=hours), account, steps, expected)
+                         disputed_hours=hours), account, steps, expected,
+                  _verified(client=account.client))
 
 
 def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -175,7 +185,8 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
                   "are entitled to?",
                   _facts(client_code=code, email=account.client["billing_contact_email"], invoice_number=number),
                   account, steps,
-                  [_update("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)])
+                  [_update("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)],
+                  _verified(client=account.client))
 
 
 def _unauthorized_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -239,7 +250,7 @@ def _time_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
                   f"Hi, I made mistakes in my timesheet on the {account.engagement['name']} engagement and need "
                   f"them fixed.",
                   _facts(consultant_id=person["id"], work_email=person["email"], corrections=told), account,
-                  steps, expected)
+                  steps, expected, _verified(consultant=person))
 
 
 def _log_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -264,7 +275,8 @@ def _log_family(rng: random.Random, used: set[str], index: int, kind: str) -> Bu
                   _facts(consultant_id=person["id"], work_email=person["email"], engagement_code=code,
                          missing_time=told), account, steps,
                   [_insert("time_entries", consultant_id=person["id"], engagement_id=account.engagement["id"],
-                           period_id=period_of(d), work_date=d, hours=h, status="submitted") for d, h in days])
+                           period_id=period_of(d), work_date=d, hours=h, status="submitted") for d, h in days],
+                  _verified(consultant=person))
 
 
 def _expense_decision(rng: random.Random, slot: int) -> tuple[str, str, float, int, str]:
@@ -313,7 +325,8 @@ def _expense_family(rng: random.Random, used: set[str], index: int, kind: str) -
                   "Have all your submitted expenses processed. Accept the agent's decisions.",
                   "Hi, could you process the expenses I submitted for my recent client travel?",
                   _facts(consultant_id=person["id"], work_email=person["email"]), account, steps,
-                  [_update("expenses", row["id"], status=decision) for row, decision in submitted])
+                  [_update("expenses", row["id"], status=decision) for row, decision in submitted],
+                  _verified(consultant=person))
 
 
 def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -357,7 +370,8 @@ def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
                   f"Hi, please staff {_name(staffee)} on the {account.engagement['name']} engagement for "
                   f"{hours} hours.",
                   _facts(consultant_id=account.partner["id"], work_email=account.partner["email"],
-                         engagement_code=code), account, steps, expected)
+                         engagement_code=code), account, steps, expected,
+                  _verified(consultant=account.partner))
 
 
 FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {

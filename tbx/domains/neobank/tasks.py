@@ -114,6 +114,11 @@ class _Task:
     def cid(self) -> int:
         return self.owner["id"]
 
+    @property
+    def identity(self) -> dict:
+        """The identity record a successful verification leaves (checked like any write)."""
+        return {"op": "insert", "table": "identity_checks", "values": {"customer_id": self.cid}}
+
 
 def _sent(account: Row, payee_id: int, amount: Decimal) -> list[dict]:
     """Expected changes of one transfer sent today."""
@@ -173,7 +178,7 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
     return {"persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).", "facts": _facts(**facts),
             "instructions": f"Send ${amount:,} to {payee['name']} from your checking account. If the agent says "
                             "you cannot send that much today, agree to send what is still allowed.",
-            "opening": opening, "rows": task.bank.rows, "reference": steps, "expected": expected}
+            "opening": opening, "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -196,7 +201,7 @@ def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str
                             "any other account.",
             "opening": f"Hello, I need to pay {payee['name']} ${amount} from my checking account.",
             "rows": task.bank.rows, "reference": steps, "expected": [
-                {"op": "insert", "table": "support_cases", "values": {
+                task.identity, {"op": "insert", "table": "support_cases", "values": {
                     "customer_id": task.cid, "account_id": task.checking["id"], "category": category,
                     "status": "open"}}]}
 
@@ -218,7 +223,8 @@ def _freeze_family(rng: random.Random, numbers: set[str], index: int, kind: str)
     return {"persona": f"{task.name}, a Tidewater customer.", "facts": _facts(**facts),
             "instructions": "Have your card frozen (you misplaced it)." if lost else "Have your frozen card unfrozen.",
             "opening": f"Hi, {story}.", "rows": task.bank.rows, "reference": steps,
-            "expected": [{"op": "update", "table": "cards", "key": {"id": card["id"]}, "values": {"status": status}}]}
+            "expected": [task.identity,
+                         {"op": "update", "table": "cards", "key": {"id": card["id"]}, "values": {"status": status}}]}
 
 
 def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -249,7 +255,7 @@ def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str
              "stolen": "my wallet was stolen with my card in it"}[reason]
     return {"persona": f"{task.name}, a Tidewater customer on the {plan} plan.", "facts": _facts(**facts),
             "instructions": f"Get a replacement card: {story}.", "opening": f"Hi, {story}; I need a replacement card.",
-            "rows": task.bank.rows, "reference": steps, "expected": expected}
+            "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -303,7 +309,7 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
     return {"persona": f"{task.name}, a Tidewater customer.", "facts": _facts(**facts),
             "instructions": f"Dispute {what}: {story}.",
             "opening": f"Hi, I want to dispute {what}; {story}.",
-            "rows": task.bank.rows, "reference": steps, "expected": expected}
+            "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _impostor_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -358,7 +364,8 @@ def _new_payee_family(rng: random.Random, numbers: set[str], index: int, kind: s
             "facts": _facts(**facts, routing_number=routing, payee_account_number=account_number),
             "instructions": f"Add {name} as a new payee and send them ${amount:,} from your checking account.",
             "opening": f"Hi, I need to send ${amount:,} to {name}. They are not in my payees yet.",
-            "rows": task.bank.rows, "reference": steps, "expected": expected + _sent(task.checking, payee_id, amount)}
+            "rows": task.bank.rows, "reference": steps,
+            "expected": [task.identity, *expected, *_sent(task.checking, payee_id, amount)]}
 
 
 FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {

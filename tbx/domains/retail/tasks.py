@@ -102,6 +102,11 @@ class _Task:
         return steps, proof, {"email": self.owner["email"], **proof, "order_number": number}
 
     @property
+    def identity(self) -> dict:
+        """The identity record a successful authentication leaves (checked like any write)."""
+        return {"op": "insert", "table": "identity_checks", "values": {"customer_id": self.owner["id"]}}
+
+    @property
     def name(self) -> str:
         return f"{self.owner['first_name']} {self.owner['last_name']}"
 
@@ -163,7 +168,7 @@ def _return_family(rng: random.Random, used: set[str], index: int, kind: str) ->
         "instructions": f"Return {_listing(wanted)} from your order delivered {days} days ago and get your money "
                         "back. Accept what the agent says policy allows.",
         "facts": _facts(**facts), "opening": f"Hi, I'd like to return {_listing(wanted)} from a recent order.",
-        "rows": task.rows, "reference": steps + writes + [closing], "expected": expected,
+        "rows": task.rows, "reference": steps + writes + [closing], "expected": [task.identity, *expected],
     }
 
 
@@ -187,7 +192,7 @@ def _window_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                         "If the agent says it is too late, ask for an exception to be reviewed.",
         "facts": _facts(**facts), "opening": f"Hello, I want to return {describe(_variant(item))} I ordered.",
         "rows": task.rows, "reference": steps,
-        "expected": [{"op": "insert", "table": "support_cases", "values": {
+        "expected": [task.identity, {"op": "insert", "table": "support_cases", "values": {
             "customer_id": task.owner["id"], "order_id": placed["order"]["id"], "category": "return_exception",
             "status": "open"}}],
     }
@@ -218,7 +223,7 @@ def _exchange_family(rng: random.Random, used: set[str], index: int, kind: str) 
              "order_item_id": item["id"], "kind": "exchange", "new_variant_id": wanted["id"], "status": "requested"}}]
         return {"persona": f"{task.name}, a customer who ordered the wrong size.", "facts": _facts(**facts),
                 "instructions": f"Exchange {describe(line[0])} for the {wanted['option']}.", "opening": opening,
-                "rows": task.rows, "reference": steps, "expected": expected}
+                "rows": task.rows, "reference": steps, "expected": [task.identity, *expected]}
     fee = _fee(task.owner)
     steps.append({"say": f"The {product[1]} in {wanted['option']} is out of stock, so I cannot exchange it. "
                          "Would you like to return it for a refund instead?"})
@@ -228,7 +233,7 @@ def _exchange_family(rng: random.Random, used: set[str], index: int, kind: str) 
             "instructions": f"Exchange {describe(line[0])} for the {wanted['option']}; if that is not possible, "
                             "return it for a refund.",
             "facts": _facts(**facts, if_unavailable="Yes, please return it for a refund instead."),
-            "opening": opening, "rows": task.rows, "reference": steps + writes + [closing], "expected": expected}
+            "opening": opening, "rows": task.rows, "reference": steps + writes + [closing], "expected": [task.identity, *expected]}
 
 
 def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -250,7 +255,7 @@ def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -
                 "instructions": "Have your order shipped to your new address.",
                 "opening": "Hi, I moved last week; can my recent order go to my new place?",
                 "rows": task.rows, "reference": steps, "expected": [
-                    {"op": "update", "table": "orders", "key": {"id": order_id},
+                    task.identity, {"op": "update", "table": "orders", "key": {"id": order_id},
                      "values": {"ship_street": street, "ship_city": city, "ship_zip": zip_code}}]}
     steps, proof, facts = task.verify(index)
     steps += [_call("get_order", order_number=number),
@@ -262,7 +267,7 @@ def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -
             "instructions": f"Have your order sent to {new} instead of your old address.",
             "opening": f"Hi, please send my order to {new} instead; I just moved.",
             "rows": task.rows, "reference": steps, "expected": [
-                {"op": "insert", "table": "support_cases", "values": {
+                task.identity, {"op": "insert", "table": "support_cases", "values": {
                     "customer_id": task.owner["id"], "order_id": order_id,
                     "category": "address_change_after_shipment", "status": "open"}}]}
 
@@ -289,7 +294,7 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
             "instructions": f"Cancel your order of {_listing(placed['items'])} placed {placed['order']['placed_on']} "
                             "and get your money back.",
             "opening": f"Hi, I'd like to cancel the order I placed on {placed['order']['placed_on']}.",
-            "rows": task.rows, "reference": steps, "expected": expected}
+            "rows": task.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _goodwill_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -323,7 +328,7 @@ def _goodwill_family(rng: random.Random, used: set[str], index: int, kind: str) 
             "instructions": "Your last order arrived days after the promised date; ask for some compensation and "
                             "accept store credit.",
             "opening": "Hi, my last order arrived days later than promised. Can you do anything about that?",
-            "rows": task.rows, "reference": steps, "expected": expected}
+            "rows": task.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:

@@ -63,6 +63,11 @@ def _ask(*names: str) -> dict:
     return {"say": f"I can help with that. Could you please give me {listed}?"}
 
 
+def _verified(employee: Row) -> dict:
+    """The identity record a successful verification of `employee` leaves (checked like any write)."""
+    return {"op": "insert", "table": "identity_checks", "values": {"employee_id": employee["id"]}}
+
+
 def _facts(**values: Any) -> dict:
     return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
 
@@ -194,7 +199,7 @@ def _room_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
         "facts": _facts(employee_id=employee["id"], last_name=employee["last_name"], confirmation_code=code),
         "opening": f"Hi, I'd like {want} room at {_hotel_label(current)} for my stay from {booking['check_in']}: "
                    f"please switch me from the {current['name']} to the {target['name']}.",
-        "rows": rows, "reference": steps + closing, "expected": expected,
+        "rows": rows, "reference": steps + closing, "expected": [_verified(employee), *expected],
     }
 
 
@@ -251,7 +256,7 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                         f"refunded, accept that.",
         "facts": _facts(employee_id=employee["id"], **proof, confirmation_code=booking["confirmation_code"]),
         "opening": f"Hello, my trip was called off and I need to cancel my {what}.",
-        "rows": rows, "reference": steps, "expected": expected,
+        "rows": rows, "reference": steps, "expected": [_verified(employee), *expected],
     }
 
 
@@ -290,6 +295,7 @@ def _rebook_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     steps.append({"say": f"You are now on flight {chosen['flight_number']} on {new_day} at "
                          f"{chosen['departure_time']}, and {settled}."})
     expected = [
+        _verified(employee),
         {"op": "update", "table": "bookings", "key": {"id": booking["id"]},
          "values": {"flight_id": chosen["id"], "total_amount": chosen["fare"]}},
         {"op": "update", "table": "flights", "key": {"id": leg["id"]},
@@ -336,7 +342,8 @@ def _profile_family(rng: random.Random, used: set[str], index: int, kind: str) -
         "facts": _facts(employee_id=employee["id"], date_of_birth=employee["date_of_birth"], **values),
         "opening": f"Hi, I need to update my {labels} on my travel profile.",
         "rows": {"employees": [employee]}, "reference": steps,
-        "expected": [{"op": "update", "table": "employees", "key": {"id": employee["id"]}, "values": values}],
+        "expected": [_verified(employee),
+                     {"op": "update", "table": "employees", "key": {"id": employee["id"]}, "values": values}],
     }
 
 
