@@ -1,11 +1,13 @@
 """Every bundled domain's tasks are valid: the oracle passes all, the null agent fails all, and
-every single-fault mutation of each family's reference fails with the faulty record named."""
+every single-fault mutation of each family's reference fails with the faulty record named.
+Judge rules are decided by the evidence judge, the default."""
 
 import asyncio
 from collections import defaultdict
 
 from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
+from tbx.grading.judge import EvidenceJudge
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.stages.validate import same_changes
 from tbx.tasks.mutations import mutate
@@ -22,7 +24,7 @@ class StepsPolicy(NullPolicy):
 
 def play_all(runtimes, backend, policies):
     async def go():
-        return await asyncio.gather(*(run_episode(rt, backend, policy, ScriptedUser(), None, 0, 0)
+        return await asyncio.gather(*(run_episode(rt, backend, policy, ScriptedUser(), EvidenceJudge(), 0, 0)
                                       for rt, policy in zip(runtimes, policies, strict=True)))
     return asyncio.run(go())
 

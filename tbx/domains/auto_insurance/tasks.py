@@ -341,7 +341,9 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                      f"{term} days of your premium less the {_usd(CANCELLATION_FEE)} fee."}]
     expected = [_update("policies", row["id"], status="cancelled", cancellation_date=when),
                 _insert("premium_refunds", policy_id=row["id"], amount=refund, status="issued")]
-    return _task(person, f"Cancel your car insurance as of {when} (you are switching insurers) and get the "
+    rule = {"id": "told_refund", "rule": "The agent told the caller how much premium is refunded.",
+            "evidence": [_usd(refund)]}
+    return {"judge": [rule]} | _task(person, f"Cancel your car insurance as of {when} (you are switching insurers) and get the "
                          f"unused premium back.",
                  "Hi, I'm switching insurers and need to cancel my car insurance.",
                  _facts(policy_number=number, date_of_birth=person["date_of_birth"], cancellation_date=when),
@@ -398,7 +400,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

@@ -127,11 +127,14 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     steps = [_ask("client_code", "email", "invoice_number", "disputed_hours"),
              _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
              _call("get_invoice", invoice_number=number)]
+    total = _usd(money(_dec(bill["total"]) - _dec(credit)))
+    rules = [{"id": "told_credit", "rule": "The agent told the caller the credit amount and the invoice's new "
+              "total.", "evidence": [_usd(credit), total]}]
     if kind == "invoice_credit":
         steps += [_call("apply_invoice_credit", invoice_number=number, amount=credit,
                         reason="hours billed in error"),
                   {"say": f"I applied a credit of {_usd(credit)} for {hours} hours of {_name(who)}'s time; "
-                          f"the invoice total is now {_usd(money(_dec(bill['total']) - _dec(credit)))}."}]
+                          f"the invoice total is now {total}."}]
         expected = [_insert("invoice_credits", invoice_id=bill["id"], amount=credit, status="applied"),
                     _update("invoices", bill["id"], credits=credit, total=money(_dec(bill["total"]) - _dec(credit)))]
     else:
@@ -141,8 +144,9 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                           f"request to {_name(account.partner)}; the credit follows once it is approved."}]
         expected = [_insert("approval_requests", invoice_id=bill["id"], approver_id=account.partner["id"],
                             amount=credit, status="pending")]
+        rules = []
     contact = account.client["billing_contact_name"]
-    return _built(f"{contact}, billing contact of {account.client['name']}.",
+    return {"judge": rules} | _built(f"{contact}, billing contact of {account.client['name']}.",
                   f"Get a credit on your invoice for {hours} hours of {_name(who)}'s time that were billed in "
                   f"error. If partner approval is needed, accept that.",
                   f"Hello, our latest invoice bills hours of {_name(who)} that were never worked for us. "
@@ -403,7 +407,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

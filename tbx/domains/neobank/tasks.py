@@ -251,9 +251,12 @@ def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str
     charged = f"the ${fee} replacement fee of your {plan} plan is charged to your checking account" if fee else \
         "there is no fee for this replacement"
     steps.append({"say": f"Your old card is cancelled and a new one is on its way; {charged}."})
+    rule = {"id": "told_fee", "rule": "The agent told the customer whether a replacement fee is charged, and "
+            "how much.", "evidence": [f"${fee} replacement fee" if fee else "no fee"]}
     story = {"damaged": "my card is cracked and stopped working", "lost": "I lost my card",
              "stolen": "my wallet was stolen with my card in it"}[reason]
-    return {"persona": f"{task.name}, a Tidewater customer on the {plan} plan.", "facts": _facts(**facts),
+    return {"judge": [rule], "persona": f"{task.name}, a Tidewater customer on the {plan} plan.",
+            "facts": _facts(**facts),
             "instructions": f"Get a replacement card: {story}.", "opening": f"Hi, {story}; I need a replacement card.",
             "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
@@ -399,7 +402,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": plain(built["rows"])},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

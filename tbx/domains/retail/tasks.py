@@ -163,7 +163,10 @@ def _return_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     refused = "" if kind == "return_items" else (f" {_capital(describe(_variant(wanted[1])))} is in a "
                                                  "non-returnable category, so it cannot be returned.")
     closing = {"say": f"Your return of {_listing(eligible)} is open and {_refund_note(refund, fee)}.{refused}"}
+    rule = {"id": "told_refund", "rule": "The agent told the customer how much is refunded.",
+            "evidence": [f"${refund}"]}
     return {
+        "judge": [rule] if kind == "return_items" else [],
         "persona": f"{task.name}, a Northwind Outfitters customer ({task.owner['loyalty_tier']} tier).",
         "instructions": f"Return {_listing(wanted)} from your order delivered {days} days ago and get your money "
                         "back. Accept what the agent says policy allows.",
@@ -386,7 +389,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": plain({t: r for t, r in built["rows"].items() if r})},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

@@ -250,7 +250,9 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
         expected = [{"op": "insert", "table": "support_cases", "values": {
             "employee_id": employee["id"], "booking_id": booking["id"],
             "category": "nonrefundable_cancellation", "status": "open"}}]
+    rule = {"id": "told_refund", "rule": "The agent told the user how much is refunded.", "evidence": [f"${refund}"]}
     return {
+        "judge": [rule] if refundable else [],
         "persona": f"{employee['first_name']} {employee['last_name']}, an Acme employee whose trip was called off.",
         "instructions": f"You want your {what} cancelled with a refund. If the agent says it cannot be "
                         f"refunded, accept that.",
@@ -401,7 +403,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks
