@@ -30,7 +30,7 @@ from tbx.config import Config
 from tbx.durable import write_text
 from tbx.episodes import EpisodeResult, Outcome, run_episode
 from tbx.errors import TaskFormatError
-from tbx.grading import diff_states
+from tbx.grading import same_changes
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
@@ -48,7 +48,7 @@ class TaskVerdict:
     source: str
     reasons: list[str] = field(default_factory=list)
     mutations: int = 0
-    equivalent: int = 0  # mutations that leave the reference's own changes (see same_changes)
+    equivalent: int = 0  # mutations that leave the reference's own changes (tbx.grading.same_changes)
 
     @property
     def admitted(self) -> bool:
@@ -84,22 +84,19 @@ async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None
         verdict.reasons.append("no extra-write mutation possible: give the domain a distractor write")
     for mutation in mutations:
         result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0)
-        if result.outcome is Outcome.SUCCESS and same_changes(runtime, result, oracle):
+        if result.outcome is Outcome.SUCCESS and is_equivalent(runtime, result, oracle):
             verdict.equivalent += 1
         elif result.outcome is not Outcome.FAILURE:
             verdict.reasons.append(f"mutation passes ({mutation.description}): the checks miss this fault")
     return verdict
 
 
-def same_changes(runtime: TaskRuntime, one: EpisodeResult, other: EpisodeResult) -> bool:
-    """Whether two episodes of a task leave the same changes (volatile ones dropped). A mutation that
-    leaves the reference's own changes is equivalent, not a fault: dropping a verification that
-    failed and so wrote nothing, say. No check on the database can tell the two apart."""
-    if one.final_delta is None or other.final_delta is None:
+def is_equivalent(runtime: TaskRuntime, mutation: EpisodeResult, oracle: EpisodeResult) -> bool:
+    """Whether a passing mutation left exactly the reference's changes (`same_changes`)."""
+    if mutation.final_delta is None or oracle.final_delta is None:
         return False
     initial = runtime.initial
-    return (diff_states(initial, apply_delta(initial, one.final_delta), runtime.volatile)
-            == diff_states(initial, apply_delta(initial, other.final_delta), runtime.volatile))
+    return same_changes(initial, apply_delta(initial, mutation.final_delta), apply_delta(initial, oracle.final_delta))
 
 
 def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:

@@ -21,9 +21,9 @@ VERIFY_TOOLS = ("verify_identity", "authenticate_customer", "verify_policyholder
                 "verify_billing_contact", "verify_consultant", "verify_patient", "verify_user", "verify_employee")
 # Tasks whose reference verifies its caller successfully, and whose verification fails by design
 # (identity_mismatch / identity_fails_hard / invoice_unauthorized: a case is their record).
-WITH_RECORD = {"travel": 64, "retail": 100, "auto_insurance": 99, "neobank": 99, "consulting": 99,
+WITH_RECORD = {"travel": 68, "retail": 102, "auto_insurance": 101, "neobank": 101, "consulting": 101,
                "clinic": 40, "helpdesk": 32, "hr_payroll": 56, "mock": 0}
-FAILED_VERIFICATION = {"travel": 8, "retail": 10, "auto_insurance": 11, "neobank": 11, "consulting": 11,
+FAILED_VERIFICATION = {"travel": 4, "retail": 8, "auto_insurance": 9, "neobank": 9, "consulting": 9,
                        "clinic": 8, "helpdesk": 8, "hr_payroll": 8, "mock": 0}
 
 
@@ -89,7 +89,7 @@ def test_every_verification_is_checked_skipping_it_or_verifying_someone_else_fai
         records = [e for e in runtime.expected if e.table == "identity_checks"]
         if not records:
             counts["failed" if verifies else "none"] += 1
-            assert "identity_checks" in runtime.volatile, runtime.task.id  # an unexpected record is ignored
+            assert set(runtime.domain.records) <= set(runtime.volatile), runtime.task.id  # a record is ignored
             continue
         counts["record"] += 1
         assert len(records) == 1 and len(verifies) == 1, runtime.task.id
@@ -149,5 +149,5 @@ def test_a_task_that_expects_no_record_ignores_it_and_a_derived_one_requires_it(
     derived = dict(data, id="mine/derived", checks={})
     runtime = _prepare(backend, derived)
     assert [e.values for e in runtime.expected if e.table == "identity_checks"] == [
-        {"employee_id": data["reference"][1]["arguments"]["employee_id"]}]
+        {"employee_id": str(data["reference"][1]["arguments"]["employee_id"])}]  # canonical values
     assert grade(runtime, backend, without).passed is False

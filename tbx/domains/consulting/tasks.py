@@ -29,6 +29,7 @@ from tbx.domains.consulting.seed import (
     VOLUME_THRESHOLD,
     Account,
     Row,
+    base_rows,
     expense,
     invoice,
     money,
@@ -124,8 +125,10 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     assert (credit <= CREDIT_APPROVAL_THRESHOLD) == (kind == "invoice_credit"), (credit, kind)
     who = next(p for p in account.rows["consultants"] if p["id"] == line["consultant_id"])
     number, code = bill["invoice_number"], account.client["client_code"]
-    steps = [_ask("client_code", "email", "invoice_number", "disputed_hours"),
+    held = {} if index % 3 == 2 else {"invoice_number": number}  # else found on the client record
+    steps = [_ask("client_code", "email", *held, "disputed_hours"),
              _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+             *([] if held else [_call("get_client", client_code=code)]),
              _call("get_invoice", invoice_number=number)]
     total = _usd(money(_dec(bill["total"]) - _dec(credit)))
     rules = [{"id": "told_credit", "rule": "The agent told the caller the credit amount and the invoice's new "
@@ -151,7 +154,7 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                   f"error. If partner approval is needed, accept that.",
                   f"Hello, our latest invoice bills hours of {_name(who)} that were never worked for us. "
                   f"We need a credit.",
-                  _facts(client_code=code, email=account.client["billing_contact_email"], invoice_number=number,
+                  _facts(client_code=code, email=account.client["billing_contact_email"], **held,
                          disputed_hours=hours), account, steps, expected,
                   _verified(client=account.client))
 
@@ -175,10 +178,11 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
     discount = money(subtotal * percent / 100)
     total = money(subtotal - _dec(discount))
     number, code = bill["invoice_number"], account.client["client_code"]
-    steps = [_ask("client_code", "email", "invoice_number"),
+    held = {} if index % 3 == 2 else {"invoice_number": number}  # else the draft's total is on the client record
+    steps = [_ask("client_code", "email", *held),
              _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
              _call("get_client", client_code=code),
-             _call("get_invoice", invoice_number=number),
+             *([_call("get_invoice", invoice_number=number)] if held else []),
              _call("set_invoice_discount", invoice_number=number, discount_percent=percent),
              {"say": f"Your draft invoice now carries a {percent}% discount of {_usd(discount)}; the new total is "
                      f"{_usd(total)}."}]
@@ -187,15 +191,32 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
                   "Your draft invoice shows no discount. Have the discount your company is entitled to applied.",
                   "Hi, the draft invoice you sent us shows no discount at all. Can you apply the discount we "
                   "are entitled to?",
-                  _facts(client_code=code, email=account.client["billing_contact_email"], invoice_number=number),
+                  _facts(client_code=code, email=account.client["billing_contact_email"], **held),
                   account, steps,
                   [_update("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)],
                   _verified(client=account.client))
 
 
 def _unauthorized_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
-    """Someone at the client who is not the billing contact asks for an invoice change: log a case only."""
+    """Someone at the client who is not the billing contact asks for an invoice change: log a case only.
+    Every fourth caller is a billing contact, but of another client than the invoice's: verified,
+    yet not authorised for that invoice, so no change; their identity record is what the checks see."""
     account = Account(rng, used)
+    if index % 4 == 3:
+        code, contact = account.client["client_code"], account.client["billing_contact_name"]
+        other = rng.choice([b for b in base_rows()["invoices"] if b["client_id"] != account.client["id"]])
+        steps = [_ask("client_code", "email", "invoice_number"),
+                 _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+                 _call("get_invoice", invoice_number=other["invoice_number"]),
+                 {"say": "I'm sorry, but I can't make that change: that invoice belongs to another client, and only "
+                         "its own billing contact can request changes to it."}]
+        return _built(f"{contact}, billing contact of {account.client['name']}.",
+                      f"Ask for the client discount on invoice {other['invoice_number']}, which a sister company "
+                      "received. Give your own client code and email when asked.",
+                      f"Hi, I need our discount applied to invoice {other['invoice_number']}.",
+                      _facts(client_code=code, email=account.client["billing_contact_email"],
+                             invoice_number=other["invoice_number"]), account, steps, [],
+                      _verified(client=account.client))
     bill, lines = account.bill("issued" if index % 2 else "draft", 2, (20, 60))
     first = rng.choice(("Jordan", "Casey", "Morgan", "Riley", "Avery"))
     last = next(n for n in reversed(account.names) if n not in account.client["billing_contact_name"])
@@ -347,8 +368,11 @@ def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
     committed = sum(_dec(a["hourly_rate"]) * _dec(a["planned_hours"]) for a in account.rows["assignments"])
     account.po |= {"committed": money(committed), "budget_cap": money(committed + remaining)}
     code, po = account.engagement["code"], account.po
-    steps = [_ask("consultant_id", "work_email", "engagement_code"),
+    client_code = account.client["client_code"]
+    held = {"client_code": client_code} if index % 3 == 2 else {"engagement_code": code}
+    steps = [_ask("consultant_id", "work_email", *held),
              _call("verify_consultant", consultant_id=account.partner["id"], email=account.partner["email"]),
+             *([_call("get_client", client_code=client_code)] if "client_code" in held else []),
              _call("get_engagement", engagement_code=code),
              _call("find_consultants", last_name=staffee["last_name"]),
              _call("get_rate_cards")]
@@ -373,8 +397,8 @@ def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
                   f"budget does not allow it, accept a PO increase request instead.",
                   f"Hi, please staff {_name(staffee)} on the {account.engagement['name']} engagement for "
                   f"{hours} hours.",
-                  _facts(consultant_id=account.partner["id"], work_email=account.partner["email"],
-                         engagement_code=code), account, steps, expected,
+                  _facts(consultant_id=account.partner["id"], work_email=account.partner["email"], **held),
+                  account, steps, expected,
                   _verified(consultant=account.partner))
 
 

@@ -106,6 +106,14 @@ class _Task:
         return steps, {"customer_number": self.owner["customer_number"],
                        "date_of_birth": self.owner["date_of_birth"], "card_last4": digits}
 
+    def salary_check(self, index: int) -> tuple[list[dict], str]:
+        """Every third customer wants their salary seen first: (the steps that look at the checking
+        account's transactions, the sentence of the opening that asks for it); a second shape of a
+        family (list_transactions after get_accounts)."""
+        if index % 3 != 2:
+            return [], ""
+        return [_call("list_transactions", account_id=self.checking["id"])], " My salary should be in by now."
+
     @property
     def name(self) -> str:
         return f"{self.owner['first_name']} {self.owner['last_name']}"
@@ -153,11 +161,12 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
         task.sent_today(already, 1 + rng.randrange(2))
     payee, account = rng.choice(task.payees), task.checking
     steps, facts = task.verify()
-    steps += [_call("get_accounts", customer_id=task.cid), _call("list_payees", customer_id=task.cid),
+    salary, remark = task.salary_check(index)
+    steps += [_call("get_accounts", customer_id=task.cid), *salary, _call("list_payees", customer_id=task.cid),
               _call("list_transfers", customer_id=task.cid)]
     send = _call("send_transfer", account_id=account["id"], payee_id=payee["id"], amount=money(sent),
                  memo="requested by customer")
-    opening = f"Hi, please send ${amount:,} from my checking account to {payee['name']} today."
+    opening = f"Hi, please send ${amount:,} from my checking account to {payee['name']} today.{remark}"
     if kind == "transfer_compliance_review":
         steps += [_call("open_compliance_review", account_id=account["id"], payee_id=payee["id"],
                         amount=money(amount), reason="Large transfer requested by the customer."),
@@ -189,7 +198,8 @@ def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str
     payee, amount = rng.choice(task.payees), Decimal(rng.randrange(40, 900))
     category = "account_frozen" if frozen else "kyc_incomplete"
     steps, facts = task.verify()
-    steps += [_call("get_accounts", customer_id=task.cid),
+    salary, remark = task.salary_check(index)
+    steps += [_call("get_accounts", customer_id=task.cid), *salary,
               _call("open_support_case", customer_number=task.owner["customer_number"], category=category,
                     summary=f"Customer wanted to send ${amount} to {payee['name']}.", account_id=task.checking["id"])]
     why = ("your checking account is frozen and cannot send money" if frozen else
@@ -199,7 +209,7 @@ def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str
     return {"persona": f"{task.name}, a Tidewater customer.", "facts": _facts(**facts),
             "instructions": f"Send ${amount} to {payee['name']} from your checking account; you do not want to use "
                             "any other account.",
-            "opening": f"Hello, I need to pay {payee['name']} ${amount} from my checking account.",
+            "opening": f"Hello, I need to pay {payee['name']} ${amount} from my checking account.{remark}",
             "rows": task.bank.rows, "reference": steps, "expected": [
                 task.identity, {"op": "insert", "table": "support_cases", "values": {
                     "customer_id": task.cid, "account_id": task.checking["id"], "category": category,
@@ -285,6 +295,8 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
         merchant, story = payee["name"], "I sent it by mistake and want the money back"
     steps, facts = task.verify()
     steps += [_call("get_accounts", customer_id=task.cid), _call("list_transactions", account_id=task.checking["id"])]
+    if not eligible and index % 2:  # a transfer, not a card payment: the agent finds it among the transfers
+        steps.append(_call("list_transfers", customer_id=task.cid))
     what = f"the ${amount} payment to {merchant} on {_date(days)}"
     if eligible:
         steps.append(_call("file_dispute", transaction_id=target["id"], reason_code=reason, description=story))
@@ -316,10 +328,24 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
 
 
 def _impostor_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
-    """Verification fails (a wrong birth date, or the digits of a cancelled card): an identity case."""
+    """Verification fails (a wrong birth date, or the digits of a cancelled card): an identity case.
+    Every fourth caller verifies as themselves but asks to freeze their partner's card: not theirs,
+    so no change; their identity record is what the checks see."""
     task = _Task(rng, numbers, 1 + index % 3)
     number, birth = task.owner["customer_number"], task.owner["date_of_birth"]
     digits = task.card["last4"]
+    if index % 4 == 3:
+        partner = task.bank.customer(1, rng.choice(PLANS), "verified")
+        theirs = task.bank.card(task.bank.account(partner, "checking", Decimal(rng.randrange(200, 3000))))
+        steps, facts = task.verify()
+        steps += [_call("list_cards", customer_id=task.cid),
+                  {"say": "I'm sorry, but I can't make that change under our policy: the card ending in "
+                          f"{theirs['last4']} is not one of your cards, and only its holder can have it frozen."}]
+        return {"persona": f"{task.name}, a Tidewater customer whose partner lost a card.", "facts": _facts(**facts),
+                "instructions": f"Have your partner's card ending in {theirs['last4']} frozen; they lost it. Give "
+                                "your own details when asked.",
+                "opening": f"Hi, my partner lost their card ending in {theirs['last4']}; please freeze it.",
+                "rows": task.bank.rows, "reference": steps, "expected": [task.identity]}
     if index % 2 == 0:
         birth = (dt.date.fromisoformat(birth) + dt.timedelta(days=rng.choice((-400, -31, 1, 2, 365)))).isoformat()
         who = "misremembers the date of birth on file"
@@ -354,7 +380,8 @@ def _new_payee_family(rng: random.Random, numbers: set[str], index: int, kind: s
     name, routing = rng.choice(NEW_PAYEES), f"0{rng.randrange(10**7, 10**8)}"
     account_number, payee_id = str(rng.randrange(10**9, 10**10)), task.bank.ids["payees"]
     steps, facts = task.verify("routing_number", "payee_account_number")
-    steps += [_call("get_accounts", customer_id=task.cid), _call("list_transfers", customer_id=task.cid),
+    salary, remark = task.salary_check(index)
+    steps += [_call("get_accounts", customer_id=task.cid), *salary, _call("list_transfers", customer_id=task.cid),
               _call("add_payee", customer_id=task.cid, name=name, routing_number=routing,
                     account_number=account_number),
               _call("send_transfer", account_id=task.checking["id"], payee_id=payee_id, amount=money(amount),
@@ -366,7 +393,7 @@ def _new_payee_family(rng: random.Random, numbers: set[str], index: int, kind: s
     return {"persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).",
             "facts": _facts(**facts, routing_number=routing, payee_account_number=account_number),
             "instructions": f"Add {name} as a new payee and send them ${amount:,} from your checking account.",
-            "opening": f"Hi, I need to send ${amount:,} to {name}. They are not in my payees yet.",
+            "opening": f"Hi, I need to send ${amount:,} to {name}. They are not in my payees yet.{remark}",
             "rows": task.bank.rows, "reference": steps,
             "expected": [task.identity, *expected, *_sent(task.checking, payee_id, amount)]}
 

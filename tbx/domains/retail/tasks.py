@@ -93,13 +93,18 @@ class _Task:
         return {"order": rows["orders"][0], "items": rows["order_items"], "payment": rows["payments"][0]}
 
     def verify(self, index: int, *more: str) -> tuple[list[dict], dict, dict]:
-        """(ask + authenticate steps, authenticate proof, facts) with ZIP or order-number proof."""
+        """(ask + authenticate steps, authenticate proof, facts) with ZIP or order-number proof. Every
+        third customer has no order number at hand: the agent finds the order in their list (a
+        second shape of each family: list_orders before get_order)."""
         number = self.rows["orders"][-1]["order_number"]
-        by_zip = index % 3 != 2
+        by_zip, lookup = index % 3 != 2, index % 3 == 1
         proof = {"zip_code": self.owner["zip_code"]} if by_zip else {"order_number": number}
-        asked = ("email", "zip_code", "order_number") if by_zip else ("email", "order_number")
+        held = {} if lookup else {"order_number": number}
+        asked = ("email", *proof, *(n for n in held if n not in proof))
         steps = [_ask(*asked, *more), _call("authenticate_customer", email=self.owner["email"], **proof)]
-        return steps, proof, {"email": self.owner["email"], **proof, "order_number": number}
+        if lookup:
+            steps.append(_call("list_orders", customer_id=self.owner["id"]))
+        return steps, proof, {"email": self.owner["email"], **proof, **held}
 
     @property
     def identity(self) -> dict:
@@ -335,9 +340,26 @@ def _goodwill_family(rng: random.Random, used: set[str], index: int, kind: str) 
 
 
 def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
-    """Verification fails (an old ZIP code, or someone else's order number): no change, an identity case."""
+    """Verification fails (an old ZIP code, or someone else's order number): no change, an identity case.
+    Every fourth caller verifies with their own ZIP code but asks about a neighbour's order: the
+    order is not theirs, so no change; their identity record is what the checks see."""
     task = _Task(rng, used)
     task.order("processing", pick_lines(rng, 1, stocked()))
+    if index % 4 == 3:
+        other = rng.choice([o for o in base_rows()["orders"] if o["customer_id"] != task.owner["id"]])
+        proof = {"zip_code": task.owner["zip_code"]}
+        return {"persona": f"{task.name}, a customer who quotes the order number of a parcel delivered to a "
+                           "neighbour.",
+                "instructions": f"Cancel order {other['order_number']}. Give the details you hold when asked.",
+                "facts": _facts(email=task.owner["email"], **proof, order_number=other["order_number"]),
+                "opening": "Hi, please cancel an order that was ordered by mistake. I have its order number.",
+                "rows": task.rows,
+                "reference": [_ask("email", "zip_code", "order_number"),
+                              _call("authenticate_customer", email=task.owner["email"], **proof),
+                              _call("get_order", order_number=other["order_number"]),
+                              {"say": "I'm sorry, but I can't make that change under our policy: that order does "
+                                      "not belong to your account, and I can only act on your own orders."}],
+                "expected": [task.identity]}
     if index % 2 == 0:  # the caller holds no order number, so the ZIP code is the only proof on offer
         proof = {"zip_code": rng.choice([z for _, z in CITIES if z != task.owner["zip_code"]])}
         asked, who = ("email", "zip_code"), "gives the ZIP code of a previous address"
