@@ -19,8 +19,7 @@ from tests.stages.test_eval_regrade import make_cfg
 
 BENCH = ("travel", "retail", "auto_insurance", "neobank", "consulting")
 JUDGED = {"travel": {"cancel_refundable"}, "retail": {"return_items"}, "auto_insurance": {"cancel_policy"},
-          "neobank": {"replace_card"}, "consulting": {"invoice_credit"}}
-SILENT = "Done: your request is complete."  # a closing that reports the work but states no amount
+          "neobank": {"transfer_capped_by_limit"}, "consulting": {"invoice_credit"}}
 
 
 class AlwaysFails(Judge):
@@ -51,10 +50,13 @@ def play(runtime, backend, judge, steps=None):
 
 
 def without_statement(task):
-    """The reference with every message that states a rule's evidence replaced by SILENT."""
-    phrases = [e.lower() for rule in task.checks.judge for e in rule.evidence]
-    return [dataclasses.replace(s, say=SILENT) if s.say and any(p in s.say.lower() for p in phrases) else s
-            for s in task.reference]
+    """The reference with every rule's evidence cut out of its messages ("$950" becomes "that
+    amount"): the same turns, questions still questions, and the statement gone."""
+    def cut(text):
+        for phrase in (e for rule in task.checks.judge for e in rule.evidence):
+            text = text.replace(phrase, "that amount")
+        return text
+    return [dataclasses.replace(s, say=cut(s.say)) if s.say else s for s in task.reference]
 
 
 def test_the_judged_families_and_their_verdicts(judged):

@@ -27,6 +27,7 @@ from tbx.domains.neobank.seed import (
 )
 from tbx.episodes import Outcome, run_episode
 from tbx.grading import grade_state, same_changes
+from tbx.grading.judge import EvidenceJudge
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
@@ -246,9 +247,10 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
 @pytest.mark.parametrize("family", ["transfer_capped_by_limit", "new_payee_transfer", "identity_mismatch"])
 def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, family):
     rt = runtime(task(family, 2))
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), None, 0, 0))
+    judge = EvidenceJudge()  # the default: transfer_capped_by_limit has a judge rule
+    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0))
     assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), None, 0, 0))
+    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), judge, 0, 0))
     assert bad.outcome is Outcome.FAILURE
 
 

@@ -167,6 +167,7 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
     send = _call("send_transfer", account_id=account["id"], payee_id=payee["id"], amount=money(sent),
                  memo="requested by customer")
     opening = f"Hi, please send ${amount:,} from my checking account to {payee['name']} today.{remark}"
+    rules = []
     if kind == "transfer_compliance_review":
         steps += [_call("open_compliance_review", account_id=account["id"], payee_id=payee["id"],
                         amount=money(amount), reason="Large transfer requested by the customer."),
@@ -176,6 +177,8 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
             "customer_id": task.cid, "account_id": account["id"], "payee_id": payee["id"], "amount": money(amount),
             "status": "pending"}}]
     elif kind == "transfer_capped_by_limit":
+        rules = [{"id": "told_remaining_limit", "rule": "The agent told the customer how much of today's transfer "
+                  "limit is left.", "evidence": [f"${sent:,}"]}]
         steps += [{"say": f"Your daily transfer limit is ${limit:,} and you already sent ${already:,} today, so "
                           f"${sent:,} is left. Shall I send the remaining limit of ${sent:,} instead?"},
                   send, {"say": f"Done: ${sent:,} is on its way to {payee['name']}."}]
@@ -184,7 +187,7 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
     else:
         steps += [send, {"say": f"Done: ${sent:,} is on its way to {payee['name']}."}]
         expected = _sent(account, payee["id"], sent)
-    return {"persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).", "facts": _facts(**facts),
+    return {"judge": rules, "persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).", "facts": _facts(**facts),
             "instructions": f"Send ${amount:,} to {payee['name']} from your checking account. If the agent says "
                             "you cannot send that much today, agree to send what is still allowed.",
             "opening": opening, "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
@@ -261,12 +264,9 @@ def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str
     charged = f"the ${fee} replacement fee of your {plan} plan is charged to your checking account" if fee else \
         "there is no fee for this replacement"
     steps.append({"say": f"Your old card is cancelled and a new one is on its way; {charged}."})
-    rule = {"id": "told_fee", "rule": "The agent told the customer whether a replacement fee is charged, and "
-            "how much.", "evidence": [f"${fee} replacement fee" if fee else "no fee"]}
     story = {"damaged": "my card is cracked and stopped working", "lost": "I lost my card",
              "stolen": "my wallet was stolen with my card in it"}[reason]
-    return {"judge": [rule], "persona": f"{task.name}, a Tidewater customer on the {plan} plan.",
-            "facts": _facts(**facts),
+    return {"persona": f"{task.name}, a Tidewater customer on the {plan} plan.", "facts": _facts(**facts),
             "instructions": f"Get a replacement card: {story}.", "opening": f"Hi, {story}; I need a replacement card.",
             "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
