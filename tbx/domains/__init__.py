@@ -31,6 +31,9 @@ class Domain:
     generate_tasks: Callable[[int], list[dict[str, Any]]]  # seed → task mappings
     distractors: tuple[dict[str, Any], ...]  # write calls no task expects (mutation tests)
     volatile: tuple[str, ...] = ()  # tables / table.columns every task of the domain ignores
+    # tables of records a policy step leaves (identity_checks): checked where a task expects a row
+    # there, ignored where it expects none (a task that needs no verification, a file written before)
+    records: tuple[str, ...] = ()
 
     def tool(self, name: str) -> ToolSpec:
         for spec in self.tools:
@@ -44,7 +47,7 @@ class Domain:
 
 
 def build_domain(package: str, split: str, volatile: tuple[str, ...] = (),
-                 distractors: tuple[dict[str, Any], ...] = ()) -> Domain:
+                 distractors: tuple[dict[str, Any], ...] = (), records: tuple[str, ...] = ()) -> Domain:
     """Assemble a domain from its folder's modules (called from the domain's __init__)."""
     schema = importlib.import_module(f"{package}.schema")
     seed = importlib.import_module(f"{package}.seed")
@@ -61,6 +64,7 @@ def build_domain(package: str, split: str, volatile: tuple[str, ...] = (),
         generate_tasks=tasks.generate_tasks,
         distractors=distractors,
         volatile=volatile,
+        records=records,
     )
 
 

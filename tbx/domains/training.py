@@ -5,11 +5,26 @@ instances, a short turn limit and their own short tool list (so small models see
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
 EASY_TURN_LIMIT, TURN_LIMIT = 10, 30
+
+
+def identity_records(reference: Sequence[dict], tool: str, person: str, people: Iterable[dict]) -> list[dict]:
+    """The identity records the reference's verifications leave: an insert into `identity_checks`
+    for each person whose ID (argument and column `person`) and date of birth, as passed to `tool`,
+    match a row of `people`, which is what the tool checks; a failed verification leaves none."""
+    births = {row["id"]: row["date_of_birth"] for row in people}
+    verified = []
+    for step in reference:
+        arguments = step.get("arguments", {})
+        if step.get("tool") == tool and births.get(arguments[person]) == arguments["date_of_birth"]:
+            record = {"op": "insert", "table": "identity_checks", "values": {person: arguments[person]}}
+            if record not in verified:
+                verified.append(record)
+    return verified
 
 
 def training_tasks(domain: str, families: Mapping[str, Callable[[random.Random, int], Built]], seed: int,

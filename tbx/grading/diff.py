@@ -73,3 +73,12 @@ def diff_states(initial: State, final: State, volatile: Iterable[str] = ()) -> t
                 if cols:
                     changes.append(RowChange("update", table, key_values, old, new, cols))
     return tuple(changes)
+
+
+def same_changes(initial: State, one: State, other: State) -> bool:
+    """Whether two terminal states make exactly the same changes to `initial`, volatile tables and
+    columns included. A mutation of a reference that leaves the reference's own changes is
+    equivalent, not a fault: no check on the database can tell the two apart (dropping a
+    verification that failed by design, which writes nothing). Volatile changes count here: a
+    write the task ignores is a fault its checks miss, not an equivalent."""
+    return diff_states(initial, one) == diff_states(initial, other)

@@ -3,7 +3,9 @@
 A task is admitted when it loads (schema), its reference solution passes, the null agent fails,
 and every single-fault mutation of its reference (a write dropped, a value wrong, one extra
 write elsewhere) fails. τ²-bench shipped 22 of 50 airline tasks that a do-nothing agent passes
-(peer-benchmarks §5.2); this gate keeps such tasks out. Run it on your own files too:
+(peer-benchmarks §5.2); this gate keeps such tasks out. A mutation that leaves exactly the
+reference's changes (dropping a verification that failed and so wrote nothing) is equivalent:
+counted apart, not a miss. Run it on your own files too:
 
     python launch.py stage=validate tasks=files tasks.path=my_tasks/ summary_path=gate.json
 
@@ -22,11 +24,13 @@ from typing import Any
 from tqdm import tqdm
 
 from tbx.backend import Backend
+from tbx.backend.state import apply_delta
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
 from tbx.config import Config
 from tbx.durable import write_text
-from tbx.episodes import Outcome, run_episode
+from tbx.episodes import EpisodeResult, Outcome, run_episode
 from tbx.errors import TaskFormatError
+from tbx.grading import same_changes
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
@@ -44,6 +48,7 @@ class TaskVerdict:
     source: str
     reasons: list[str] = field(default_factory=list)
     mutations: int = 0
+    equivalent: int = 0  # mutations that leave the reference's own changes (tbx.grading.same_changes)
 
     @property
     def admitted(self) -> bool:
@@ -79,9 +84,19 @@ async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None
         verdict.reasons.append("no extra-write mutation possible: give the domain a distractor write")
     for mutation in mutations:
         result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0)
-        if result.outcome is not Outcome.FAILURE:
+        if result.outcome is Outcome.SUCCESS and is_equivalent(runtime, result, oracle):
+            verdict.equivalent += 1
+        elif result.outcome is not Outcome.FAILURE:
             verdict.reasons.append(f"mutation passes ({mutation.description}): the checks miss this fault")
     return verdict
+
+
+def is_equivalent(runtime: TaskRuntime, mutation: EpisodeResult, oracle: EpisodeResult) -> bool:
+    """Whether a passing mutation left exactly the reference's changes (`same_changes`)."""
+    if mutation.final_delta is None or oracle.final_delta is None:
+        return False
+    initial = runtime.initial
+    return same_changes(initial, apply_delta(initial, mutation.final_delta), apply_delta(initial, oracle.final_delta))
 
 
 def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
@@ -133,15 +148,16 @@ def gate_summary(verdicts: list[TaskVerdict]) -> dict[str, Any]:
         "rejected": [{"id": v.task_id, "source": v.source, "reasons": v.reasons}
                      for v in sorted(verdicts, key=lambda v: v.task_id) if not v.admitted],
         "by_family": {name: {"tasks": len(vs), "admitted": sum(v.admitted for v in vs),
-                             "mutations": sum(v.mutations for v in vs)} for name, vs in sorted(families.items())},
+                             "mutations": sum(v.mutations for v in vs),
+                             "equivalent": sum(v.equivalent for v in vs)} for name, vs in sorted(families.items())},
     }
 
 
 def format_gate(summary: dict[str, Any]) -> str:
-    lines = [f"{'family':36s} {'tasks':>6s} {'admitted':>9s} {'rejected':>9s} {'mutations':>10s}"]
+    lines = [f"{'family':36s} {'tasks':>6s} {'admitted':>9s} {'rejected':>9s} {'mutations':>10s} {'equivalent':>11s}"]
     for name, row in summary["by_family"].items():
         lines.append(f"{name[:36]:36s} {row['tasks']:6d} {row['admitted']:9d} {row['tasks'] - row['admitted']:9d} "
-                     f"{row['mutations']:10d}")
+                     f"{row['mutations']:10d} {row['equivalent']:11d}")
     lines.append(f"{'all':36s} {summary['n_tasks']:6d} {summary['admitted']:9d} "
                  f"{summary['n_tasks'] - summary['admitted']:9d}")
     for item in summary["rejected"][:50]:

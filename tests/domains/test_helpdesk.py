@@ -18,7 +18,7 @@ from tbx.catalog import load_domain_task, prepare_task
 from tbx.domains import get_domain
 from tbx.domains.helpdesk.seed import SLA_DAYS, TODAY, base_rows
 from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state
+from tbx.grading import grade_state, same_changes
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
@@ -164,10 +164,13 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
     assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
     mutations = mutate(rt.task.reference, TOOLS, HELPDESK.distractors)
     assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
+    _, reference = play(backend, rt, [(s.tool, s.arguments) for s in rt.task.reference if s.tool])
     for mutation in mutations:
-        calls = [(s.tool, s.arguments) for s in mutation.steps if s.tool]
-        _, final = play(backend, rt, calls)
-        assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is False, mutation.description
+        _, final = play(backend, rt, [(s.tool, s.arguments) for s in mutation.steps if s.tool])
+        passed = grade_state(rt.initial, final, rt.expected, rt.volatile).passed
+        if passed and same_changes(rt.initial, final, reference):
+            continue  # equivalent: a verification that fails by design, dropped or changed: no write
+        assert passed is False, mutation.description
 
 
 @pytest.mark.parametrize("family", ["set_priority_easy", "chase_within_sla_medium", "offboard_leaver_hard"])

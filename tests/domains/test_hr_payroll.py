@@ -17,7 +17,7 @@ from tbx.catalog import load_domain_task, prepare_task
 from tbx.domains import get_domain
 from tbx.domains.hr_payroll.seed import EFFECTIVE_DATE, HR_DIRECTOR, TODAY, base_rows, working_days
 from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state
+from tbx.grading import grade_state, same_changes
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
@@ -164,11 +164,11 @@ def test_tasks_follow_the_approval_limits_and_the_receipt_rule():
             approver = manager["manager_id"] if percent <= 10 else HR_DIRECTOR
             assert change["values"] == change["values"] | {"status": "pending_approval", "approver_id": approver}
     approvers = {c["values"]["approver_id"] for t in TASKS if t["family"] == "raise_needs_approval_hard"
-                 for c in t["checks"]["expected"]}
+                 for c in t["checks"]["expected"] if c["table"] == "salary_changes"}
     assert HR_DIRECTOR in approvers and len(approvers) > 1  # both limits are exercised
     for data in (t for t in TASKS if t["family"] == "process_expenses_hard"):
         claims = {c["id"]: c for c in data["seed"]["rows"]["expense_claims"]}
-        for change in data["checks"]["expected"]:
+        for change in (c for c in data["checks"]["expected"] if c["table"] == "expense_claims"):
             claim = claims[change["key"]["id"]]
             rejected = claim["amount"] > 75 and not claim["has_receipt"]
             assert change["values"]["status"] == ("rejected" if rejected else "approved"), data["id"]
@@ -180,9 +180,13 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
     assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
     mutations = mutate(rt.task.reference, TOOLS, HR.distractors)
     assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
+    _, reference = play(backend, rt, [(s.tool, s.arguments) for s in rt.task.reference if s.tool])
     for mutation in mutations:
         _, final = play(backend, rt, [(s.tool, s.arguments) for s in mutation.steps if s.tool])
-        assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is False, mutation.description
+        passed = grade_state(rt.initial, final, rt.expected, rt.volatile).passed
+        if passed and same_changes(rt.initial, final, reference):
+            continue  # equivalent: a verification that fails by design, dropped or changed: no write
+        assert passed is False, mutation.description
 
 
 @pytest.mark.parametrize("family", ["cancel_leave_easy", "leave_as_unpaid_hard", "process_expenses_hard"])
@@ -198,7 +202,7 @@ def test_applying_a_raise_that_needs_approval_fails_the_task(backend, runtime):
     data = task("raise_needs_approval_hard", 0)
     rt = runtime(data)
     report = data["seed"]["rows"]["employees"][1]
-    new = data["checks"]["expected"][0]["values"]["new_salary"]
+    new = next(c for c in data["checks"]["expected"] if c["table"] == "salary_changes")["values"]["new_salary"]
     _, final = play(backend, rt, [("change_salary", {"employee_id": report["id"], "new_salary": new, "reason": "x"})])
     grade = grade_state(rt.initial, final, rt.expected, rt.volatile)
     assert grade.passed is False and "employees" in grade.explain()

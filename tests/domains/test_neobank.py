@@ -26,7 +26,8 @@ from tbx.domains.neobank.seed import (
     new_card_last4,
 )
 from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state
+from tbx.grading import grade_state, same_changes
+from tbx.grading.judge import EvidenceJudge
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
@@ -86,6 +87,12 @@ def call(backend, rt, tool: str, **arguments):
 
 def state_row(state: dict, table: str, row_id: int) -> dict:
     return next(r for r in state[table]["rows"] if r["id"] == str(row_id))
+
+
+def without_identity(rt) -> tuple[list, tuple[str, ...]]:
+    """The task's expected changes and volatile names, apart from the identity record: these tests
+    call the tools by hand without verifying (tests/domains/test_identity_records.py covers it)."""
+    return [e for e in rt.expected if e.table != "identity_checks"], (*rt.volatile, "identity_checks")
 
 
 def test_generation_is_fast_deterministic_and_depends_on_the_seed():
@@ -228,17 +235,22 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
     assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
     mutations = mutate(rt.task.reference, TOOLS, BANK.distractors)
     assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
+    _, reference = run_tools(backend, rt, [(s.tool, s.arguments) for s in rt.task.reference if s.tool])
     for mutation in mutations:
         _, final = run_tools(backend, rt, [(s.tool, s.arguments) for s in mutation.steps if s.tool])
-        assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is False, mutation.description
+        passed = grade_state(rt.initial, final, rt.expected, rt.volatile).passed
+        if passed and same_changes(rt.initial, final, reference):
+            continue  # equivalent: a verification that fails by design, dropped or changed: no write
+        assert passed is False, mutation.description
 
 
 @pytest.mark.parametrize("family", ["transfer_capped_by_limit", "new_payee_transfer", "identity_mismatch"])
 def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, family):
     rt = runtime(task(family, 2))
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), None, 0, 0))
+    judge = EvidenceJudge()  # the default: transfer_capped_by_limit has a judge rule
+    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0))
     assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), None, 0, 0))
+    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), judge, 0, 0))
     assert bad.outcome is Outcome.FAILURE
 
 
@@ -289,7 +301,7 @@ def test_transfer_moves_money_and_insufficient_funds_fail(backend, runtime):
     assert json.loads(result.text)["status"] == "completed"
     assert Decimal(state_row(final, "accounts", account["id"])["balance"]) == \
         Decimal(str(account["balance"])) - Decimal(str(sent["amount"]))
-    assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is True
+    assert grade_state(rt.initial, final, *without_identity(rt)).passed is True
 
 
 def test_replace_card_issues_a_new_card_and_disputes_are_filed_once(backend, runtime):

@@ -25,7 +25,7 @@ from tbx.domains.retail.seed import (
     variant_rows,
 )
 from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state
+from tbx.grading import grade_state, same_changes
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
@@ -82,6 +82,12 @@ def call(backend, rt, tool: str, **arguments):
     return results[0], state
 
 
+def without_identity(rt) -> tuple[list, tuple[str, ...]]:
+    """The task's expected changes and volatile names, apart from the identity record: these tests
+    call the tools by hand without verifying (tests/domains/test_identity_records.py covers it)."""
+    return [e for e in rt.expected if e.table != "identity_checks"], (*rt.volatile, "identity_checks")
+
+
 def test_generation_is_fast_deterministic_and_depends_on_the_seed():
     start = time.perf_counter()
     again = RETAIL.generate_tasks(0)
@@ -130,7 +136,8 @@ def test_references_fit_the_scripted_user_and_need_the_private_facts():
             assert any(k in asked for k in fact["keywords"]), (data["id"], name)
         opening = data["user"]["opening_message"]
         assert not any(str(fact["value"]) in opening for fact in facts.values()), data["id"]
-        if data["family"] == "identity_mismatch":  # one proof only, and it is wrong: no way to verify
+        verified = any(e["table"] == "identity_checks" for e in data["checks"]["expected"])
+        if data["family"] == "identity_mismatch" and not verified:  # one proof only, and it is wrong
             assert len({"zip_code", "order_number"} & set(facts)) == 1, data["id"]
 
 
@@ -231,10 +238,13 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
     assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
     mutations = mutate(rt.task.reference, TOOLS, RETAIL.distractors)
     assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
+    _, reference = run_tools(backend, rt, [(s.tool, s.arguments) for s in rt.task.reference if s.tool])
     for mutation in mutations:
-        steps = [(s.tool, s.arguments) for s in mutation.steps if s.tool]
-        _, final = run_tools(backend, rt, steps)
-        assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is False, mutation.description
+        _, final = run_tools(backend, rt, [(s.tool, s.arguments) for s in mutation.steps if s.tool])
+        passed = grade_state(rt.initial, final, rt.expected, rt.volatile).passed
+        if passed and same_changes(rt.initial, final, reference):
+            continue  # equivalent: a verification that fails by design, dropped or changed: no write
+        assert passed is False, mutation.description
 
 
 @pytest.mark.parametrize("family", ["exchange_unavailable", "goodwill_needs_approval", "identity_mismatch"])
@@ -302,7 +312,7 @@ def test_cancel_restocks_every_item_and_cannot_repeat(backend, runtime):
     stock = {r["id"]: r["stock"] for r in final["variants"]["rows"]}
     for item in items:
         assert stock[str(item["variant_id"])] == str(VARIANTS[item["variant_id"]]["stock"] + item["quantity"])
-    assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is True
+    assert grade_state(rt.initial, final, *without_identity(rt)).passed is True
 
 
 def test_exchange_reserves_stock_and_refuses_sold_out_variants(backend, runtime):

@@ -14,7 +14,7 @@ from tbx.catalog import load_domain_task, prepare_task, template_rows
 from tbx.domains import get_domain
 from tbx.domains.travel.seed import GRADE_LIMITS, base_rows
 from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state
+from tbx.grading import grade_state, same_changes
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
@@ -73,6 +73,12 @@ def replay(backend, rt, steps) -> dict:
 
 def rows(state: dict, table: str) -> list[dict]:
     return state[table]["rows"]
+
+
+def without_identity(rt) -> tuple[list, tuple[str, ...]]:
+    """The task's expected changes and volatile names, apart from the identity record: these tests
+    call the tools by hand without verifying (tests/domains/test_identity_records.py covers it)."""
+    return [e for e in rt.expected if e.table != "identity_checks"], (*rt.volatile, "identity_checks")
 
 
 def test_generation_is_deterministic_and_depends_on_the_seed():
@@ -151,7 +157,8 @@ def test_the_spec_example_is_a_1450_dollar_booking_that_needs_an_approval_reques
     booking = data["seed"]["rows"]["bookings"][0]
     employee = data["seed"]["rows"]["employees"][0]
     assert booking["total_amount"] == 1450 and booking["nights"] == 5 and booking["nightly_rate"] == 290
-    [expected] = data["checks"]["expected"]
+    identity, expected = data["checks"]["expected"]
+    assert identity == {"op": "insert", "table": "identity_checks", "values": {"employee_id": employee["id"]}}
     assert expected["table"] == "approvals" and expected["op"] == "insert"
     assert expected["values"]["approver_id"] == employee["manager_id"]
     assert expected["values"]["status"] == "pending" and expected["values"]["request_type"] == "room_downgrade"
@@ -189,8 +196,12 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
     assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
     mutations = mutate(rt.task.reference, TOOLS, TRAVEL.distractors)
     assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
+    reference = replay(backend, rt, rt.task.reference)
     for mutation in mutations:
-        grade = grade_state(rt.initial, replay(backend, rt, mutation.steps), rt.expected, rt.volatile)
+        final = replay(backend, rt, mutation.steps)
+        grade = grade_state(rt.initial, final, rt.expected, rt.volatile)
+        if grade.passed and same_changes(rt.initial, final, reference):
+            continue  # equivalent: a verification that fails by design, dropped or changed: no write
         assert grade.passed is False, (data["id"], mutation.description)
 
 
@@ -198,8 +209,12 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, family):
 def test_single_fault_mutations_fail_on_every_task(backend, runtime):
     for data in TASKS:
         rt = runtime(data)
+        reference = replay(backend, rt, rt.task.reference)
         for mutation in mutate(rt.task.reference, TOOLS, TRAVEL.distractors):
-            grade = grade_state(rt.initial, replay(backend, rt, mutation.steps), rt.expected, rt.volatile)
+            final = replay(backend, rt, mutation.steps)
+            grade = grade_state(rt.initial, final, rt.expected, rt.volatile)
+            if grade.passed and same_changes(rt.initial, final, reference):
+                continue  # equivalent: a verification that fails by design, dropped or changed: no write
             assert grade.passed is False, (data["id"], mutation.description)
 
 
@@ -255,7 +270,7 @@ def test_change_room_and_refund_write_the_right_rows(backend, runtime):
         backend.drop(db)
     row = next(r for r in rows(final, "bookings") if r["id"] == str(booking["id"]))
     assert (row["room_type_id"], row["nightly_rate"], row["total_amount"]) == ("11", "210", "1050")
-    assert grade_state(rt.initial, final, rt.expected, rt.volatile).passed is True
+    assert grade_state(rt.initial, final, *without_identity(rt)).passed is True
 
 
 def test_write_tools_refuse_what_cannot_be_done(backend, runtime):
@@ -300,7 +315,7 @@ def test_request_approval_goes_to_the_manager_and_leaves_the_booking_alone(backe
     rt = runtime(data)
     employee = data["seed"]["rows"]["employees"][0]
     booking = data["seed"]["rows"]["bookings"][0]
-    target = data["checks"]["expected"][0]["values"]["requested_room_type_id"]
+    target = data["checks"]["expected"][1]["values"]["requested_room_type_id"]  # [0]: the identity record
     result, final = call(backend, rt, "request_approval", employee_id=employee["id"], booking_id=booking["id"],
                          request_type="room_upgrade", room_type_id=target, reason="client dinner")
     assert json.loads(result.text)["approver_id"] == employee["manager_id"]

@@ -8,6 +8,7 @@ DOMAIN = build_domain(
     __name__,
     split="bench",
     volatile=("audit_log", "policies.updated_at", "policyholders.updated_at", "claims.updated_at"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "update_contact", "arguments": {"policy_number": "PA-789720", "field": "phone",
                                                  "value": "+1-555-201-7788"}},

@@ -3,7 +3,8 @@ claims with payouts and adjuster reviews, endorsements, underwriting referrals, 
 and support cases.
 
 Dates are ISO strings (YYYY-MM-DD), money is `Numeric(12, 2)`. `updated_at` columns and
-`audit_log` are bookkeeping the checks ignore (the domain declares them volatile).
+`audit_log` are bookkeeping the checks ignore (the domain declares them volatile); `identity_checks`
+is a record the checks require where a task verifies its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -152,6 +153,12 @@ support_cases = Table(
     Column("category", String(40), nullable=False),
     Column("status", String(10), nullable=False),  # open
     Column("summary", String(400)),
+)
+
+identity_checks = Table(  # one row per policyholder the agent verified (policy.md)
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("policyholder_id", Integer, ForeignKey("policyholders.id"), nullable=False),
 )
 
 audit_log = Table(

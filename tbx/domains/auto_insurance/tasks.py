@@ -54,6 +54,8 @@ KEYWORDS = {
     "driver_license": ["license number", "licence number"],
     "vin": ["vehicle identification number"],
     "cancellation_date": ["cancellation date", "cancellation to take effect"],
+    "new_phone": ["new phone number", "phone number"],
+    "new_email": ["new email address", "email address"],
 }
 ASKS = {
     "policy_number": "your policy number", "date_of_birth": "your date of birth",
@@ -62,6 +64,7 @@ ASKS = {
     "driver_birth_date": "the new driver's date of birth", "driver_license": "their license number",
     "vin": "the car's vehicle identification number",
     "cancellation_date": "the cancellation date you want",
+    "new_phone": "your new phone number", "new_email": "your new email address",
 }
 INCIDENTS = ("collision", "collision", "collision", "hail", "theft", "vandalism", "flood", "fire",
              "animal_strike", "glass")
@@ -110,11 +113,28 @@ def _car(car: Row) -> str:
 
 
 def _task(person: Row, instructions: str, opening: str, facts: dict, rows: dict, reference: list,
-          expected: list, persona: str = "") -> Built:
+          expected: list, persona: str = "", verified: bool = True) -> Built:
+    """A task's record; `verified`: the reference verifies the policyholder, which leaves an identity record."""
+    if verified:
+        expected = [_insert("identity_checks", policyholder_id=person["id"]), *expected]
     return {"persona": persona or f"{person['first_name']} {person['last_name']}, a Harborline Mutual "
                                   f"policyholder in {person['city']}, {person['state']}.",
             "instructions": instructions, "facts": facts, "opening": opening, "rows": rows,
             "reference": reference, "expected": expected}
+
+
+def _second_item(rng: random.Random, index: int, person: Row, number: str, field: str) -> dict:
+    """Every third caller also has a changed phone number or email: (facts, ask, step, expected, said)
+    of that second item, or empty ones (a second shape of a family: update_contact after the change)."""
+    if index % 3 != 2:
+        return {"facts": {}, "ask": (), "steps": [], "expected": [], "said": "", "opening": ""}
+    value = (f"+1-555-{rng.randrange(200, 999)}-{rng.randrange(10000):04d}" if field == "phone" else
+             f"{person['first_name'].lower()}.{person['last_name'].lower()}@post.example")
+    return {"facts": {f"new_{field}": value}, "ask": (f"new_{field}",),
+            "steps": [_call("update_contact", policy_number=number, field=field, value=value)],
+            "expected": [_update("policyholders", person["id"], **{field: value})],
+            "said": " Your contact details are updated too.",
+            "opening": f" Also, my {'phone number' if field == 'phone' else 'email address'} has changed."}
 
 
 def _claim_setup(rng: random.Random, used: set[str], index: int, kind: str) -> tuple[dict, str, Row, int]:
@@ -145,9 +165,10 @@ def _claim_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
     rows, incident, car, days = _claim_setup(rng, used, index, kind)
     person, row = _who(rows)
     number, when, estimate = row["policy_number"], day(-days), rng.randrange(24, 300) * 50
+    unsure = index % 3 == 2  # not sure it was reported already: the agent checks the policy's claims first
     steps = [_ask("policy_number", "date_of_birth", "incident_date", "estimated_damage"),
              _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             _call("get_policy", policy_number=number)]
+             _call("get_policy", policy_number=number), *([_call("list_claims", policy_number=number)] if unsure else [])]
     if kind == "file_claim":
         cover = _cover(rows, COVERAGE_FOR[incident])
         if index % 4 == 3:  # a car worth less than the repair: the limit caps the reserve
@@ -173,7 +194,8 @@ def _claim_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
                             status="open")]
     return _task(person, f"Report {WHAT_HAPPENED[incident]} to your {_car(car)} on {when} and have a claim "
                          f"opened. If the agent says it cannot be filed, accept that.",
-                 f"Hi, I need to report {WHAT_HAPPENED[incident]} involving my {_car(car)}.",
+                 f"Hi, I need to report {WHAT_HAPPENED[incident]} involving my {_car(car)}."
+                 + (" I'm not sure whether my partner reported it already." if unsure else ""),
                  _facts(policy_number=number, date_of_birth=person["date_of_birth"], incident_date=when,
                         estimated_damage=estimate), rows, steps, expected)
 
@@ -212,8 +234,10 @@ def _settle_family(rng: random.Random, used: set[str], index: int, kind: str) ->
              "updated_at": None}
     rows["claims"] = [claim]
     number = row["policy_number"]
-    steps = [_ask("policy_number", "date_of_birth", "claim_number"),
+    held = {} if index % 3 == 1 else {"claim_number": claim["id"]}  # else the agent finds the claim on the policy
+    steps = [_ask("policy_number", "date_of_birth", *held),
              _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
+             *([] if held else [_call("list_claims", policy_number=number)]),
              _call("get_claim", claim_id=claim["id"]), _call("get_policy", policy_number=number)]
     if kind == "claim_payout":
         steps += [_call("record_payout", claim_id=claim["id"], amount=payout, note="assessed less deductible"),
@@ -236,8 +260,7 @@ def _settle_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                          f"{_car(car)}. Get it paid. If a review is needed, accept that.",
                  f"Hello, the appraiser finished looking at my {_car(car)} after {WHAT_HAPPENED[incident]}. "
                  f"When do I get paid?",
-                 _facts(policy_number=number, date_of_birth=person["date_of_birth"], claim_number=claim["id"]),
-                 rows, steps, expected)
+                 _facts(policy_number=number, date_of_birth=person["date_of_birth"], **held), rows, steps, expected)
 
 
 def _driver_age(index: int, kind: str, rng: random.Random) -> tuple[int, int]:
@@ -264,29 +287,34 @@ def _driver_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     last = person["last_name"] if index % 3 else rng.choice(("Quill", "Dunmore", "Ashby"))
     licence, number = license_number(rng), row["policy_number"]
     details = dict(first_name=first, last_name=last, date_of_birth=born, license_number=licence)
-    steps = [_ask("policy_number", "date_of_birth", "driver_name", "driver_birth_date", "driver_license"),
+    also = _second_item(rng, index, person, number, "phone")
+    steps = [_ask("policy_number", "date_of_birth", "driver_name", "driver_birth_date", "driver_license", *also["ask"]),
              _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
              _call("get_policy", policy_number=number)]
     if kind == "add_driver":
         change = next(fee for start, fee in reversed(DRIVER_PREMIUM) if age >= start)
         premium = money(Decimal(str(row["annual_premium"])) + change)
-        steps += [_call("add_driver", policy_number=number, **details, premium_change=change),
+        steps += [_call("add_driver", policy_number=number, **details, premium_change=change), *also["steps"],
                   {"say": f"{first} {last} is now a driver on your policy from today; your annual premium "
-                          f"rises by {_usd(change)} to {_usd(premium)}."}]
+                          f"rises by {_usd(change)} to {_usd(premium)}.{also['said']}"}]
         expected = [_insert("drivers", policy_id=row["id"], **details, status="active"),
                     _insert("endorsements", policy_id=row["id"], kind="add_driver",
                             effective_date=TODAY.isoformat(), premium_change=change, vehicle_id=None),
                     _update("policies", row["id"], annual_premium=premium)]
     else:
         steps += [_call("refer_to_underwriting", policy_number=number, **details, reason="driver under 21"),
+                  *also["steps"],
                   {"say": f"Because {first} is under 21, I cannot add them myself. I referred the request to "
-                          f"underwriting, who will decide and contact you; your policy is unchanged for now."}]
+                          f"underwriting, who will decide and contact you; your policy is unchanged for now."
+                          f"{also['said']}"}]
         expected = [_insert("underwriting_referrals", policy_id=row["id"], **details, status="pending")]
     return _task(person, f"Add {first} {last} (born {born}) as a driver on your policy. If the agent says "
-                         f"underwriting must decide, accept that.",
-                 "Hi, I'd like to add a family member as a driver on my car insurance.",
+                         f"underwriting must decide, accept that." + (" Also have your phone number updated."
+                                                                      if also["ask"] else ""),
+                 "Hi, I'd like to add a family member as a driver on my car insurance." + also["opening"],
                  _facts(policy_number=number, date_of_birth=person["date_of_birth"], driver_name=f"{first} {last}",
-                        driver_birth_date=born, driver_license=licence), rows, steps, expected)
+                        driver_birth_date=born, driver_license=licence, **also["facts"]), rows, steps,
+                 expected + also["expected"])
 
 
 def _vehicle_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -301,22 +329,24 @@ def _vehicle_family(rng: random.Random, used: set[str], index: int, kind: str) -
     year, code, number = rng.randrange(2015, 2027), vin(rng), row["policy_number"]
     change = VEHICLE_PREMIUM["liability"] + sum(VEHICLE_PREMIUM[k] for k in extra)
     premium = money(Decimal(str(row["annual_premium"])) + change)
-    steps = [_ask("policy_number", "date_of_birth", "vin"),
+    also = _second_item(rng, index, person, number, "email")
+    steps = [_ask("policy_number", "date_of_birth", "vin", *also["ask"]),
              _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
              _call("get_policy", policy_number=number),
              _call("add_vehicle", policy_number=number, vin=code, year=year, make=make, model=model,
-                   premium_change=change),
+                   premium_change=change), *also["steps"],
              {"say": f"Your {year} {make} {model} is on the policy from today. Your annual premium rises by "
-                     f"{_usd(change)} to {_usd(premium)}."}]
+                     f"{_usd(change)} to {_usd(premium)}.{also['said']}"}]
     expected = [_insert("vehicles", policy_id=row["id"], vin=code, year=year, make=make, model=model,
                         status="active"),
                 _insert("endorsements", policy_id=row["id"], kind="add_vehicle", effective_date=TODAY.isoformat(),
                         premium_change=change, driver_id=None),
                 _update("policies", row["id"], annual_premium=premium)]
-    return _task(person, f"Add the {year} {make} {model} you just bought to your policy.",
-                 f"Hello, I just bought a {year} {make} {model} and want it on my policy.",
-                 _facts(policy_number=number, date_of_birth=person["date_of_birth"], vin=code),
-                 rows, steps, expected)
+    return _task(person, f"Add the {year} {make} {model} you just bought to your policy."
+                         + (" Also have your email address updated." if also["ask"] else ""),
+                 f"Hello, I just bought a {year} {make} {model} and want it on my policy." + also["opening"],
+                 _facts(policy_number=number, date_of_birth=person["date_of_birth"], vin=code, **also["facts"]),
+                 rows, steps, expected + also["expected"])
 
 
 def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -329,28 +359,53 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     remaining, term = (end - dt.date.fromisoformat(when)).days, (end - start).days
     refund = money(money(Decimal(str(row["annual_premium"])) * remaining / term) - CANCELLATION_FEE)
     number = row["policy_number"]
-    steps = [_ask("policy_number", "date_of_birth", "cancellation_date"),
+    also = _second_item(rng, index, person, number, "email")
+    steps = [_ask("policy_number", "date_of_birth", "cancellation_date", *also["ask"]),
              _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             _call("get_policy", policy_number=number),
+             _call("get_policy", policy_number=number), *also["steps"],
              _call("cancel_policy", policy_number=number, cancellation_date=when, reason="switching insurer"),
              _call("issue_premium_refund", policy_number=number, amount=refund, reason="pro-rated premium"),
              {"say": f"Your policy ends on {when}. You get {_usd(refund)} back: the unused {remaining} of "
-                     f"{term} days of your premium less the {_usd(CANCELLATION_FEE)} fee."}]
+                     f"{term} days of your premium less the {_usd(CANCELLATION_FEE)} fee.{also['said']}"}]
     expected = [_update("policies", row["id"], status="cancelled", cancellation_date=when),
-                _insert("premium_refunds", policy_id=row["id"], amount=refund, status="issued")]
-    return _task(person, f"Cancel your car insurance as of {when} (you are switching insurers) and get the "
-                         f"unused premium back.",
-                 "Hi, I'm switching insurers and need to cancel my car insurance.",
-                 _facts(policy_number=number, date_of_birth=person["date_of_birth"], cancellation_date=when),
-                 rows, steps, expected)
+                _insert("premium_refunds", policy_id=row["id"], amount=refund, status="issued"), *also["expected"]]
+    rule = {"id": "told_refund", "rule": "The agent told the caller how much premium is refunded.",
+            "evidence": [_usd(refund)]}
+    return {"judge": [rule]} | _task(person, f"Cancel your car insurance as of {when} (you are switching insurers) and get the "
+                         f"unused premium back." + (" Also have your email address updated for the closing letter."
+                                                    if also["ask"] else ""),
+                 "Hi, I'm switching insurers and need to cancel my car insurance." + also["opening"],
+                 _facts(policy_number=number, date_of_birth=person["date_of_birth"], cancellation_date=when,
+                        **also["facts"]), rows, steps, expected)
 
 
 def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
-    """A caller whose date of birth does not match the policyholder's: change nothing, log a case."""
-    rows = customer(rng, IdPool(rng), used, ("liability", "collision", "comprehensive"))
+    """A caller whose date of birth does not match the policyholder's: change nothing, log a case.
+    Every fourth caller is insured here too and verifies on their own policy, then asks to act on
+    their partner's: only its policyholder may, so no change; their identity record is the check."""
+    ids = IdPool(rng)
+    rows = customer(rng, ids, used, ("liability", "collision", "comprehensive"))
     person, row = _who(rows)
     wrong = birth_date_for_age(rng, age_on_today(person["date_of_birth"]) + rng.choice((-3, -1, 2)))
     request = ("cancel the policy", "add a driver to the policy", "report hail damage on the policy")[index % 3]
+    persona = f"Sam {person['last_name']}, partner of {person['first_name']} {person['last_name']}."
+    if index % 4 == 3:
+        own = customer(rng, ids, used, ("liability",), cars=1)
+        partner = own["policyholders"][0] | {"first_name": "Sam", "last_name": person["last_name"]}
+        own["policyholders"][0] = partner
+        for table, extra in own.items():
+            rows[table] = rows[table] + extra
+        mine = own["policies"][0]["policy_number"]
+        steps = [_ask("policy_number", "date_of_birth"),
+                 _call("verify_policyholder", policy_number=mine, date_of_birth=partner["date_of_birth"]),
+                 _call("get_policy", policy_number=row["policy_number"]),
+                 {"say": "I'm sorry, but I can't make that change under our policy: only the policyholder may act "
+                         "on a policy, and that policy is your partner's, not yours."}]
+        return _task(partner, f"You want to {request} {row['policy_number']}, which is your partner's. Give your "
+                              "own policy number and date of birth when asked.",
+                     f"Hi, I'm calling to {request} {row['policy_number']}; it's my partner's car insurance.",
+                     _facts(policy_number=mine, date_of_birth=partner["date_of_birth"]), rows, steps, [],
+                     persona=persona)
     steps = [_ask("policy_number", "date_of_birth"),
              _call("verify_policyholder", policy_number=row["policy_number"], date_of_birth=wrong),
              _call("open_support_case", policy_number=row["policy_number"], category="identity_verification_failed",
@@ -362,7 +417,7 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
                  _facts(policy_number=row["policy_number"], date_of_birth=wrong), rows, steps,
                  [_insert("support_cases", policyholder_id=person["id"], policy_id=row["id"],
                           category="identity_verification_failed", status="open")],
-                 persona=f"Sam {person['last_name']}, partner of {person['first_name']} {person['last_name']}.")
+                 persona=persona, verified=False)
 
 
 FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
@@ -394,7 +449,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

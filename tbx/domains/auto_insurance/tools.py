@@ -20,6 +20,7 @@ from tbx.domains.auto_insurance.schema import (
     coverages,
     drivers,
     endorsements,
+    identity_checks,
     payouts,
     policies,
     policyholders,
@@ -29,7 +30,7 @@ from tbx.domains.auto_insurance.schema import (
     vehicles,
 )
 from tbx.domains.auto_insurance.seed import COVERAGE_FOR, TODAY, VIN_ALPHABET
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 CONTACT_FIELDS = ("phone", "email", "street")
 COVERAGE_TYPES = ("liability", "collision", "comprehensive", "rental")
@@ -102,9 +103,9 @@ def _log(db, event: str) -> None:
     db.execute(insert(audit_log).values(event=event))
 
 
-@tool("read")
+@tool("write")
 def verify_policyholder(db, policy_number: str, date_of_birth: str) -> dict:
-    """Verify a caller as the policyholder of a policy.
+    """Verify a caller as the policyholder of a policy; a success is recorded on the policyholder's file.
 
     Returns {"verified": true, "policyholder": ...} when the date of birth matches the
     policyholder's, otherwise {"verified": false, "reason": ...}.
@@ -118,6 +119,7 @@ def verify_policyholder(db, policy_number: str, date_of_birth: str) -> dict:
     # A mismatch is an answer, not a tool error: policy.md tells the agent what to do next.
     if date_of_birth.strip() != person["date_of_birth"]:
         return {"verified": False, "reason": f"the date of birth does not match policy {row['policy_number']}"}
+    record_once(db, identity_checks, policyholder_id=person["id"])
     return {"verified": True, "policyholder": {k: v for k, v in person.items()
                                                if k not in ("date_of_birth", "updated_at")}}
 

@@ -8,6 +8,7 @@ DOMAIN = build_domain(
     __name__,
     split="train",
     volatile=("audit_log", "appointments.updated_at", "patients.updated_at", "prescriptions.updated_at"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "open_front_desk_case", "arguments": {"patient_id": 21, "category": "billing_question",
                                             "summary": "Asked for an itemised invoice."}},

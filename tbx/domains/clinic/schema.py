@@ -3,7 +3,8 @@ prescriptions and refill orders, insurance plans and their member rosters, charg
 front-desk cases.
 
 Dates are ISO strings (YYYY-MM-DD), times HH:MM. Money is `Numeric(12, 2)`. `updated_at` columns
-and `audit_log` are bookkeeping the checks ignore (the domain declares them volatile).
+and `audit_log` are bookkeeping the checks ignore (the domain declares them volatile); `identity_checks`
+is a record the checks require where a task verifies its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -112,6 +113,12 @@ cases = Table(
     Column("category", String(32), nullable=False),
     Column("status", String(10), nullable=False),  # open
     Column("summary", String(400)),
+)
+
+identity_checks = Table(  # one row per patient the agent verified (policy.md)
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("patient_id", Integer, ForeignKey("patients.id"), nullable=False),
 )
 
 audit_log = Table(

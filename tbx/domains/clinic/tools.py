@@ -18,6 +18,7 @@ from tbx.domains.clinic.schema import (
     audit_log,
     cases,
     charges,
+    identity_checks,
     insurance_members,
     insurance_plans,
     patients,
@@ -28,7 +29,7 @@ from tbx.domains.clinic.schema import (
     slots,
 )
 from tbx.domains.clinic.seed import SPECIALTIES, TODAY
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
 FeeKind = Literal["late_cancel_fee", "no_show_fee"]
@@ -95,11 +96,11 @@ def check_in_appointment(db, appointment_id: int) -> dict:
     return {"appointment_id": appointment_id, "status": "checked_in"}
 
 
-@tool("read")
+@tool("write")
 def verify_patient(db, patient_id: int, date_of_birth: str) -> dict:
     """Check a caller's identity: their patient number and date of birth, as the caller stated them.
 
-    Returns {"verified": true} when both match, otherwise {"verified": false}.
+    Returns {"verified": true} when both match (recorded on file), otherwise {"verified": false}.
 
     Args:
         patient_id: The patient number the caller gave.
@@ -107,6 +108,7 @@ def verify_patient(db, patient_id: int, date_of_birth: str) -> dict:
     """
     if date_of_birth.strip() != _row(db, patients, patient_id, "patient")["date_of_birth"]:
         return {"verified": False, "reason": f"the date of birth does not match patient {patient_id}"}
+    record_once(db, identity_checks, patient_id=patient_id)
     return {"verified": True, "patient_id": patient_id}
 
 

@@ -10,6 +10,7 @@ DOMAIN = build_domain(
     volatile=("audit_log", "clients.updated_at", "engagements.updated_at", "purchase_orders.updated_at",
               "time_entries.updated_at", "time_entries.note", "invoices.updated_at", "expenses.updated_at",
               "expenses.decision_note"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "open_case", "arguments": {"category": "other", "client_code": "GCFL-126", "consultant_id": 0,
                                             "summary": "Asked for invoices to be sent by post."}},

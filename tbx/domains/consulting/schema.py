@@ -3,7 +3,8 @@ purchase orders, consultants and rate cards, staffing assignments, timesheets, i
 lines and credits, partner approval requests, expenses, PO change requests and cases.
 
 Dates are ISO strings (YYYY-MM-DD), money is `Numeric(12, 2)`, hours are `Numeric(6, 2)`.
-`updated_at` columns and `audit_log` are bookkeeping the checks ignore (declared volatile).
+`updated_at` columns and `audit_log` are bookkeeping the checks ignore (declared volatile);
+`identity_checks` is a record the checks require where a task verifies its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -170,6 +171,13 @@ cases = Table(
     Column("category", String(40), nullable=False),
     Column("status", String(10), nullable=False),  # open
     Column("summary", String(400)),
+)
+
+identity_checks = Table(  # one row per billing contact (of a client) or consultant the agent verified
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("client_id", Integer, ForeignKey("clients.id")),
+    Column("consultant_id", Integer, ForeignKey("consultants.id")),
 )
 
 audit_log = Table(

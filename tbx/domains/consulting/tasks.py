@@ -29,6 +29,7 @@ from tbx.domains.consulting.seed import (
     VOLUME_THRESHOLD,
     Account,
     Row,
+    base_rows,
     expense,
     invoice,
     money,
@@ -93,8 +94,17 @@ def _name(person: Row) -> str:
     return f"{person['first_name']} {person['last_name']}"
 
 
+def _verified(client: Row | None = None, consultant: Row | None = None) -> dict:
+    """The identity record a successful verification of a billing contact (of `client`) or of a
+    `consultant` leaves (checked like any write)."""
+    return _insert("identity_checks", client_id=client["id"] if client else None,
+                   consultant_id=consultant["id"] if consultant else None)
+
+
 def _built(persona: str, instructions: str, opening: str, facts: dict, account: Account, reference: list,
-           expected: list) -> Built:
+           expected: list, verified: dict | None = None) -> Built:
+    """A task's record; `verified`: the identity record its reference leaves, if any (`_verified`)."""
+    expected = [verified, *expected] if verified else expected
     return {"persona": persona, "instructions": instructions, "facts": facts, "opening": opening,
             "rows": account.rows, "reference": reference, "expected": expected}
 
@@ -115,14 +125,19 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     assert (credit <= CREDIT_APPROVAL_THRESHOLD) == (kind == "invoice_credit"), (credit, kind)
     who = next(p for p in account.rows["consultants"] if p["id"] == line["consultant_id"])
     number, code = bill["invoice_number"], account.client["client_code"]
-    steps = [_ask("client_code", "email", "invoice_number", "disputed_hours"),
+    held = {} if index % 3 == 2 else {"invoice_number": number}  # else found on the client record
+    steps = [_ask("client_code", "email", *held, "disputed_hours"),
              _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+             *([] if held else [_call("get_client", client_code=code)]),
              _call("get_invoice", invoice_number=number)]
+    total = _usd(money(_dec(bill["total"]) - _dec(credit)))
+    rules = [{"id": "told_credit", "rule": "The agent told the caller the credit amount and the invoice's new "
+              "total.", "evidence": [_usd(credit), total]}]
     if kind == "invoice_credit":
         steps += [_call("apply_invoice_credit", invoice_number=number, amount=credit,
                         reason="hours billed in error"),
                   {"say": f"I applied a credit of {_usd(credit)} for {hours} hours of {_name(who)}'s time; "
-                          f"the invoice total is now {_usd(money(_dec(bill['total']) - _dec(credit)))}."}]
+                          f"the invoice total is now {total}."}]
         expected = [_insert("invoice_credits", invoice_id=bill["id"], amount=credit, status="applied"),
                     _update("invoices", bill["id"], credits=credit, total=money(_dec(bill["total"]) - _dec(credit)))]
     else:
@@ -132,14 +147,16 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                           f"request to {_name(account.partner)}; the credit follows once it is approved."}]
         expected = [_insert("approval_requests", invoice_id=bill["id"], approver_id=account.partner["id"],
                             amount=credit, status="pending")]
+        rules = []
     contact = account.client["billing_contact_name"]
-    return _built(f"{contact}, billing contact of {account.client['name']}.",
+    return {"judge": rules} | _built(f"{contact}, billing contact of {account.client['name']}.",
                   f"Get a credit on your invoice for {hours} hours of {_name(who)}'s time that were billed in "
                   f"error. If partner approval is needed, accept that.",
                   f"Hello, our latest invoice bills hours of {_name(who)} that were never worked for us. "
                   f"We need a credit.",
-                  _facts(client_code=code, email=account.client["billing_contact_email"], invoice_number=number,
-                         disputed_hours=hours), account, steps, expected)
+                  _facts(client_code=code, email=account.client["billing_contact_email"], **held,
+                         disputed_hours=hours), account, steps, expected,
+                  _verified(client=account.client))
 
 
 def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -161,10 +178,11 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
     discount = money(subtotal * percent / 100)
     total = money(subtotal - _dec(discount))
     number, code = bill["invoice_number"], account.client["client_code"]
-    steps = [_ask("client_code", "email", "invoice_number"),
+    held = {} if index % 3 == 2 else {"invoice_number": number}  # else the draft's total is on the client record
+    steps = [_ask("client_code", "email", *held),
              _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
              _call("get_client", client_code=code),
-             _call("get_invoice", invoice_number=number),
+             *([_call("get_invoice", invoice_number=number)] if held else []),
              _call("set_invoice_discount", invoice_number=number, discount_percent=percent),
              {"say": f"Your draft invoice now carries a {percent}% discount of {_usd(discount)}; the new total is "
                      f"{_usd(total)}."}]
@@ -173,14 +191,32 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
                   "Your draft invoice shows no discount. Have the discount your company is entitled to applied.",
                   "Hi, the draft invoice you sent us shows no discount at all. Can you apply the discount we "
                   "are entitled to?",
-                  _facts(client_code=code, email=account.client["billing_contact_email"], invoice_number=number),
+                  _facts(client_code=code, email=account.client["billing_contact_email"], **held),
                   account, steps,
-                  [_update("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)])
+                  [_update("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)],
+                  _verified(client=account.client))
 
 
 def _unauthorized_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
-    """Someone at the client who is not the billing contact asks for an invoice change: log a case only."""
+    """Someone at the client who is not the billing contact asks for an invoice change: log a case only.
+    Every fourth caller is a billing contact, but of another client than the invoice's: verified,
+    yet not authorised for that invoice, so no change; their identity record is what the checks see."""
     account = Account(rng, used)
+    if index % 4 == 3:
+        code, contact = account.client["client_code"], account.client["billing_contact_name"]
+        other = rng.choice([b for b in base_rows()["invoices"] if b["client_id"] != account.client["id"]])
+        steps = [_ask("client_code", "email", "invoice_number"),
+                 _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+                 _call("get_invoice", invoice_number=other["invoice_number"]),
+                 {"say": "I'm sorry, but I can't make that change: that invoice belongs to another client, and only "
+                         "its own billing contact can request changes to it."}]
+        return _built(f"{contact}, billing contact of {account.client['name']}.",
+                      f"Ask for the client discount on invoice {other['invoice_number']}, which a sister company "
+                      "received. Give your own client code and email when asked.",
+                      f"Hi, I need our discount applied to invoice {other['invoice_number']}.",
+                      _facts(client_code=code, email=account.client["billing_contact_email"],
+                             invoice_number=other["invoice_number"]), account, steps, [],
+                      _verified(client=account.client))
     bill, lines = account.bill("issued" if index % 2 else "draft", 2, (20, 60))
     first = rng.choice(("Jordan", "Casey", "Morgan", "Riley", "Avery"))
     last = next(n for n in reversed(account.names) if n not in account.client["billing_contact_name"])
@@ -239,7 +275,7 @@ def _time_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
                   f"Hi, I made mistakes in my timesheet on the {account.engagement['name']} engagement and need "
                   f"them fixed.",
                   _facts(consultant_id=person["id"], work_email=person["email"], corrections=told), account,
-                  steps, expected)
+                  steps, expected, _verified(consultant=person))
 
 
 def _log_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -264,7 +300,8 @@ def _log_family(rng: random.Random, used: set[str], index: int, kind: str) -> Bu
                   _facts(consultant_id=person["id"], work_email=person["email"], engagement_code=code,
                          missing_time=told), account, steps,
                   [_insert("time_entries", consultant_id=person["id"], engagement_id=account.engagement["id"],
-                           period_id=period_of(d), work_date=d, hours=h, status="submitted") for d, h in days])
+                           period_id=period_of(d), work_date=d, hours=h, status="submitted") for d, h in days],
+                  _verified(consultant=person))
 
 
 def _expense_decision(rng: random.Random, slot: int) -> tuple[str, str, float, int, str]:
@@ -313,7 +350,8 @@ def _expense_family(rng: random.Random, used: set[str], index: int, kind: str) -
                   "Have all your submitted expenses processed. Accept the agent's decisions.",
                   "Hi, could you process the expenses I submitted for my recent client travel?",
                   _facts(consultant_id=person["id"], work_email=person["email"]), account, steps,
-                  [_update("expenses", row["id"], status=decision) for row, decision in submitted])
+                  [_update("expenses", row["id"], status=decision) for row, decision in submitted],
+                  _verified(consultant=person))
 
 
 def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -330,8 +368,11 @@ def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
     committed = sum(_dec(a["hourly_rate"]) * _dec(a["planned_hours"]) for a in account.rows["assignments"])
     account.po |= {"committed": money(committed), "budget_cap": money(committed + remaining)}
     code, po = account.engagement["code"], account.po
-    steps = [_ask("consultant_id", "work_email", "engagement_code"),
+    client_code = account.client["client_code"]
+    held = {"client_code": client_code} if index % 3 == 2 else {"engagement_code": code}
+    steps = [_ask("consultant_id", "work_email", *held),
              _call("verify_consultant", consultant_id=account.partner["id"], email=account.partner["email"]),
+             *([_call("get_client", client_code=client_code)] if "client_code" in held else []),
              _call("get_engagement", engagement_code=code),
              _call("find_consultants", last_name=staffee["last_name"]),
              _call("get_rate_cards")]
@@ -356,8 +397,9 @@ def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
                   f"budget does not allow it, accept a PO increase request instead.",
                   f"Hi, please staff {_name(staffee)} on the {account.engagement['name']} engagement for "
                   f"{hours} hours.",
-                  _facts(consultant_id=account.partner["id"], work_email=account.partner["email"],
-                         engagement_code=code), account, steps, expected)
+                  _facts(consultant_id=account.partner["id"], work_email=account.partner["email"], **held),
+                  account, steps, expected,
+                  _verified(consultant=account.partner))
 
 
 FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
@@ -389,7 +431,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

@@ -21,6 +21,7 @@ from tbx.domains.consulting.schema import (
     consultants,
     engagements,
     expenses,
+    identity_checks,
     invoice_credits,
     invoice_lines,
     invoices,
@@ -30,7 +31,7 @@ from tbx.domains.consulting.schema import (
     time_entries,
     timesheet_periods,
 )
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 CASE_CATEGORIES = ("unauthorized_invoice_request", "closed_period_correction", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
@@ -83,9 +84,9 @@ def _log(db, event: str) -> None:
     db.execute(insert(audit_log).values(event=event))
 
 
-@tool("read")
+@tool("write")
 def verify_billing_contact(db, client_code: str, email: str) -> dict:
-    """Check that a caller is the named billing contact of a client.
+    """Check that a caller is the named billing contact of a client; a success is recorded on file.
 
     Returns {"verified": true, ...} when the email is the client's billing-contact email,
     otherwise {"verified": false, "reason": ...}.
@@ -97,12 +98,14 @@ def verify_billing_contact(db, client_code: str, email: str) -> dict:
     row = _client(db, client_code)
     if email.strip().lower() != row["billing_contact_email"].lower():
         return {"verified": False, "reason": f"{email.strip()} is not the billing contact of {row['client_code']}"}
+    record_once(db, identity_checks, client_id=row["id"], consultant_id=None)
     return {"verified": True, "client_code": row["client_code"], "billing_contact": row["billing_contact_name"]}
 
 
-@tool("read")
+@tool("write")
 def verify_consultant(db, consultant_id: int, email: str) -> dict:
-    """Check that a caller is the firm's consultant with this ID (by their work email).
+    """Check that a caller is the firm's consultant with this ID (by their work email); a success is
+    recorded on file.
 
     Args:
         consultant_id: The consultant's numeric ID.
@@ -111,6 +114,7 @@ def verify_consultant(db, consultant_id: int, email: str) -> dict:
     row = _consultant(db, consultant_id)
     if email.strip().lower() != row["email"].lower():
         return {"verified": False, "reason": f"the email does not match consultant {consultant_id}"}
+    record_once(db, identity_checks, client_id=None, consultant_id=consultant_id)
     return {"verified": True, "consultant": row}
 
 

@@ -8,6 +8,7 @@ DOMAIN = build_domain(
     __name__,
     split="train",
     volatile=("audit_log", "tickets.updated_at", "users.updated_at", "assets.updated_at"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "add_comment", "arguments": {"ticket_id": 7, "visibility": "internal",
                                               "body": "Spare part ordered."}},

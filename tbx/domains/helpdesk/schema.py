@@ -2,7 +2,8 @@
 priority-based SLAs, comments, escalations and software licences.
 
 Dates are ISO strings (YYYY-MM-DD). Money is `Numeric(12, 2)`. `updated_at` columns and
-`audit_log` are bookkeeping the checks ignore (the domain declares them volatile).
+`audit_log` are bookkeeping the checks ignore (the domain declares them volatile); `identity_checks`
+is a record the checks require where a task verifies its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -91,6 +92,12 @@ licence_assignments = Table(
     Column("licence_id", Integer, ForeignKey("licences.id"), nullable=False),
     Column("user_id", Integer, ForeignKey("users.id"), nullable=False),
     Column("status", String(10), nullable=False),  # active | revoked
+)
+
+identity_checks = Table(  # one row per user the agent verified (policy.md)
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("user_id", Integer, ForeignKey("users.id"), nullable=False),
 )
 
 audit_log = Table(

@@ -14,6 +14,7 @@ from tbx.domains.helpdesk.schema import (
     assets,
     audit_log,
     escalations,
+    identity_checks,
     licence_assignments,
     licences,
     technicians,
@@ -22,7 +23,7 @@ from tbx.domains.helpdesk.schema import (
     users,
 )
 from tbx.domains.helpdesk.seed import SLA_DAYS, TEAMS, TODAY, due_date
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
 Priority = Literal["low", "medium", "high", "critical"]
@@ -117,11 +118,12 @@ def get_ticket(db, ticket_id: int) -> dict:
     return found
 
 
-@tool("read")
+@tool("write")
 def verify_user(db, user_id: int, date_of_birth: str) -> dict:
     """Check a caller's identity: their employee ID and date of birth, as the caller stated them.
 
-    Returns {"verified": true, "user_id": ...} when both match, otherwise {"verified": false}.
+    Returns {"verified": true, "user_id": ...} when both match (recorded on file), otherwise
+    {"verified": false}.
 
     Args:
         user_id: The employee ID the caller gave.
@@ -130,6 +132,7 @@ def verify_user(db, user_id: int, date_of_birth: str) -> dict:
     found = _user(db, user_id)
     if date_of_birth.strip() != found["date_of_birth"]:
         return {"verified": False, "reason": f"the date of birth does not match user {user_id}"}
+    record_once(db, identity_checks, user_id=user_id)
     return {"verified": True, "user_id": user_id}
 
 

@@ -9,6 +9,7 @@ DOMAIN = build_domain(
     split="train",
     volatile=("audit_log", "employees.updated_at", "leave_requests.updated_at", "expense_claims.updated_at",
               "expense_claims.note"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "open_hr_case", "arguments": {"employee_id": 14, "category": "payroll_query",
                                                "summary": "Asked when the May payslip is published."}},

@@ -2,7 +2,8 @@
 changes under approval limits, expense claims and benefit enrolments, and HR cases.
 
 Dates are ISO strings (YYYY-MM-DD). Money is `Numeric(12, 2)`. `updated_at` columns and
-`audit_log` are bookkeeping the checks ignore (the domain declares them volatile).
+`audit_log` are bookkeeping the checks ignore (the domain declares them volatile); `identity_checks`
+is a record the checks require where a task verifies its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -103,6 +104,12 @@ hr_cases = Table(
     Column("category", String(32), nullable=False),
     Column("status", String(10), nullable=False),  # open
     Column("summary", String(400)),
+)
+
+identity_checks = Table(  # one row per employee the agent verified (policy.md)
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("employee_id", Integer, ForeignKey("employees.id"), nullable=False),
 )
 
 audit_log = Table(

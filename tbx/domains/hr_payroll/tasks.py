@@ -28,7 +28,7 @@ from tbx.domains.hr_payroll.seed import (
     person,
     working_days,
 )
-from tbx.domains.training import Built, training_tasks
+from tbx.domains.training import Built, identity_records, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -62,8 +62,10 @@ def _identity(employee: Row, **more: Any) -> dict:
 
 def _built(persona: str, instructions: str, opening: str, rows: dict, reference: list, expected: list,
            facts: dict | None = None) -> Built:
+    """A task's record; the identity records its reference's verifications leave head the expected changes."""
+    verified = identity_records(reference, "verify_employee", "employee_id", rows.get("employees", []))
     return {"persona": persona, "instructions": instructions, "facts": facts or {}, "opening": opening,
-            "rows": rows, "reference": reference, "expected": expected}
+            "rows": rows, "reference": reference, "expected": [*verified, *expected]}
 
 
 class _Ids:

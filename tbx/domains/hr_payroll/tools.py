@@ -19,13 +19,14 @@ from tbx.domains.hr_payroll.schema import (
     employees,
     expense_claims,
     hr_cases,
+    identity_checks,
     leave_balances,
     leave_requests,
     payroll_runs,
     salary_changes,
 )
 from tbx.domains.hr_payroll.seed import EFFECTIVE_DATE, TODAY, working_days
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
 LeaveType = Literal["vacation", "sick", "unpaid"]
@@ -117,11 +118,11 @@ def withdraw_expense_claim(db, claim_id: int) -> dict:
     return {"claim_id": claim_id, "status": "withdrawn"}
 
 
-@tool("read")
+@tool("write")
 def verify_employee(db, employee_id: int, date_of_birth: str) -> dict:
     """Check a caller's identity: their employee ID and date of birth, as the caller stated them.
 
-    Returns {"verified": true} when both match, otherwise {"verified": false}.
+    Returns {"verified": true} when both match (recorded on file), otherwise {"verified": false}.
 
     Args:
         employee_id: The employee ID the caller gave.
@@ -129,6 +130,7 @@ def verify_employee(db, employee_id: int, date_of_birth: str) -> dict:
     """
     if date_of_birth.strip() != _employee(db, employee_id)["date_of_birth"]:
         return {"verified": False, "reason": f"the date of birth does not match employee {employee_id}"}
+    record_once(db, identity_checks, employee_id=employee_id)
     return {"verified": True, "employee_id": employee_id}
 
 

@@ -8,6 +8,7 @@ DOMAIN = build_domain(
     __name__,
     split="bench",
     volatile=("audit_log", "accounts.updated_at", "cards.updated_at", "customers.updated_at"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "freeze_card", "arguments": {"card_id": 2}},
         {"tool": "open_support_case", "arguments": {"customer_number": "46028422", "category": "other",

@@ -4,7 +4,8 @@ transfers, disputes, compliance reviews and support cases.
 Dates are ISO strings (YYYY-MM-DD). Money is `Numeric(12, 2)`; a transaction's amount is negative
 for money leaving the account. New rows get their ids from the tools (max id + 1), so every
 backend numbers them the same way. `updated_at` columns and `audit_log` are bookkeeping the checks
-ignore (declared volatile).
+ignore (declared volatile); `identity_checks` is a record the checks require where a task verifies
+its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -112,6 +113,12 @@ support_cases = Table(
     Column("category", String(40), nullable=False),
     Column("status", String(10), nullable=False),  # open
     Column("summary", String(400)),
+)
+
+identity_checks = Table(  # one row per customer the agent verified (policy.md)
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True),
+    Column("customer_id", Integer, ForeignKey("customers.id"), nullable=False),
 )
 
 audit_log = Table(

@@ -106,6 +106,14 @@ class _Task:
         return steps, {"customer_number": self.owner["customer_number"],
                        "date_of_birth": self.owner["date_of_birth"], "card_last4": digits}
 
+    def salary_check(self, index: int) -> tuple[list[dict], str]:
+        """Every third customer wants their salary seen first: (the steps that look at the checking
+        account's transactions, the sentence of the opening that asks for it); a second shape of a
+        family (list_transactions after get_accounts)."""
+        if index % 3 != 2:
+            return [], ""
+        return [_call("list_transactions", account_id=self.checking["id"])], " My salary should be in by now."
+
     @property
     def name(self) -> str:
         return f"{self.owner['first_name']} {self.owner['last_name']}"
@@ -113,6 +121,11 @@ class _Task:
     @property
     def cid(self) -> int:
         return self.owner["id"]
+
+    @property
+    def identity(self) -> dict:
+        """The identity record a successful verification leaves (checked like any write)."""
+        return {"op": "insert", "table": "identity_checks", "values": {"customer_id": self.cid}}
 
 
 def _sent(account: Row, payee_id: int, amount: Decimal) -> list[dict]:
@@ -148,11 +161,13 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
         task.sent_today(already, 1 + rng.randrange(2))
     payee, account = rng.choice(task.payees), task.checking
     steps, facts = task.verify()
-    steps += [_call("get_accounts", customer_id=task.cid), _call("list_payees", customer_id=task.cid),
+    salary, remark = task.salary_check(index)
+    steps += [_call("get_accounts", customer_id=task.cid), *salary, _call("list_payees", customer_id=task.cid),
               _call("list_transfers", customer_id=task.cid)]
     send = _call("send_transfer", account_id=account["id"], payee_id=payee["id"], amount=money(sent),
                  memo="requested by customer")
-    opening = f"Hi, please send ${amount:,} from my checking account to {payee['name']} today."
+    opening = f"Hi, please send ${amount:,} from my checking account to {payee['name']} today.{remark}"
+    rules = []
     if kind == "transfer_compliance_review":
         steps += [_call("open_compliance_review", account_id=account["id"], payee_id=payee["id"],
                         amount=money(amount), reason="Large transfer requested by the customer."),
@@ -162,6 +177,8 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
             "customer_id": task.cid, "account_id": account["id"], "payee_id": payee["id"], "amount": money(amount),
             "status": "pending"}}]
     elif kind == "transfer_capped_by_limit":
+        rules = [{"id": "told_remaining_limit", "rule": "The agent told the customer how much of today's transfer "
+                  "limit is left.", "evidence": [f"${sent:,}"]}]
         steps += [{"say": f"Your daily transfer limit is ${limit:,} and you already sent ${already:,} today, so "
                           f"${sent:,} is left. Shall I send the remaining limit of ${sent:,} instead?"},
                   send, {"say": f"Done: ${sent:,} is on its way to {payee['name']}."}]
@@ -170,10 +187,10 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
     else:
         steps += [send, {"say": f"Done: ${sent:,} is on its way to {payee['name']}."}]
         expected = _sent(account, payee["id"], sent)
-    return {"persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).", "facts": _facts(**facts),
+    return {"judge": rules, "persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).", "facts": _facts(**facts),
             "instructions": f"Send ${amount:,} to {payee['name']} from your checking account. If the agent says "
                             "you cannot send that much today, agree to send what is still allowed.",
-            "opening": opening, "rows": task.bank.rows, "reference": steps, "expected": expected}
+            "opening": opening, "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -184,7 +201,8 @@ def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str
     payee, amount = rng.choice(task.payees), Decimal(rng.randrange(40, 900))
     category = "account_frozen" if frozen else "kyc_incomplete"
     steps, facts = task.verify()
-    steps += [_call("get_accounts", customer_id=task.cid),
+    salary, remark = task.salary_check(index)
+    steps += [_call("get_accounts", customer_id=task.cid), *salary,
               _call("open_support_case", customer_number=task.owner["customer_number"], category=category,
                     summary=f"Customer wanted to send ${amount} to {payee['name']}.", account_id=task.checking["id"])]
     why = ("your checking account is frozen and cannot send money" if frozen else
@@ -194,9 +212,9 @@ def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str
     return {"persona": f"{task.name}, a Tidewater customer.", "facts": _facts(**facts),
             "instructions": f"Send ${amount} to {payee['name']} from your checking account; you do not want to use "
                             "any other account.",
-            "opening": f"Hello, I need to pay {payee['name']} ${amount} from my checking account.",
+            "opening": f"Hello, I need to pay {payee['name']} ${amount} from my checking account.{remark}",
             "rows": task.bank.rows, "reference": steps, "expected": [
-                {"op": "insert", "table": "support_cases", "values": {
+                task.identity, {"op": "insert", "table": "support_cases", "values": {
                     "customer_id": task.cid, "account_id": task.checking["id"], "category": category,
                     "status": "open"}}]}
 
@@ -218,7 +236,8 @@ def _freeze_family(rng: random.Random, numbers: set[str], index: int, kind: str)
     return {"persona": f"{task.name}, a Tidewater customer.", "facts": _facts(**facts),
             "instructions": "Have your card frozen (you misplaced it)." if lost else "Have your frozen card unfrozen.",
             "opening": f"Hi, {story}.", "rows": task.bank.rows, "reference": steps,
-            "expected": [{"op": "update", "table": "cards", "key": {"id": card["id"]}, "values": {"status": status}}]}
+            "expected": [task.identity,
+                         {"op": "update", "table": "cards", "key": {"id": card["id"]}, "values": {"status": status}}]}
 
 
 def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -249,7 +268,7 @@ def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str
              "stolen": "my wallet was stolen with my card in it"}[reason]
     return {"persona": f"{task.name}, a Tidewater customer on the {plan} plan.", "facts": _facts(**facts),
             "instructions": f"Get a replacement card: {story}.", "opening": f"Hi, {story}; I need a replacement card.",
-            "rows": task.bank.rows, "reference": steps, "expected": expected}
+            "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
@@ -276,6 +295,8 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
         merchant, story = payee["name"], "I sent it by mistake and want the money back"
     steps, facts = task.verify()
     steps += [_call("get_accounts", customer_id=task.cid), _call("list_transactions", account_id=task.checking["id"])]
+    if not eligible and index % 2:  # a transfer, not a card payment: the agent finds it among the transfers
+        steps.append(_call("list_transfers", customer_id=task.cid))
     what = f"the ${amount} payment to {merchant} on {_date(days)}"
     if eligible:
         steps.append(_call("file_dispute", transaction_id=target["id"], reason_code=reason, description=story))
@@ -303,14 +324,28 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
     return {"persona": f"{task.name}, a Tidewater customer.", "facts": _facts(**facts),
             "instructions": f"Dispute {what}: {story}.",
             "opening": f"Hi, I want to dispute {what}; {story}.",
-            "rows": task.bank.rows, "reference": steps, "expected": expected}
+            "rows": task.bank.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _impostor_family(rng: random.Random, numbers: set[str], index: int, kind: str) -> Built:
-    """Verification fails (a wrong birth date, or the digits of a cancelled card): an identity case."""
+    """Verification fails (a wrong birth date, or the digits of a cancelled card): an identity case.
+    Every fourth caller verifies as themselves but asks to freeze their partner's card: not theirs,
+    so no change; their identity record is what the checks see."""
     task = _Task(rng, numbers, 1 + index % 3)
     number, birth = task.owner["customer_number"], task.owner["date_of_birth"]
     digits = task.card["last4"]
+    if index % 4 == 3:
+        partner = task.bank.customer(1, rng.choice(PLANS), "verified")
+        theirs = task.bank.card(task.bank.account(partner, "checking", Decimal(rng.randrange(200, 3000))))
+        steps, facts = task.verify()
+        steps += [_call("list_cards", customer_id=task.cid),
+                  {"say": "I'm sorry, but I can't make that change under our policy: the card ending in "
+                          f"{theirs['last4']} is not one of your cards, and only its holder can have it frozen."}]
+        return {"persona": f"{task.name}, a Tidewater customer whose partner lost a card.", "facts": _facts(**facts),
+                "instructions": f"Have your partner's card ending in {theirs['last4']} frozen; they lost it. Give "
+                                "your own details when asked.",
+                "opening": f"Hi, my partner lost their card ending in {theirs['last4']}; please freeze it.",
+                "rows": task.bank.rows, "reference": steps, "expected": [task.identity]}
     if index % 2 == 0:
         birth = (dt.date.fromisoformat(birth) + dt.timedelta(days=rng.choice((-400, -31, 1, 2, 365)))).isoformat()
         who = "misremembers the date of birth on file"
@@ -345,7 +380,8 @@ def _new_payee_family(rng: random.Random, numbers: set[str], index: int, kind: s
     name, routing = rng.choice(NEW_PAYEES), f"0{rng.randrange(10**7, 10**8)}"
     account_number, payee_id = str(rng.randrange(10**9, 10**10)), task.bank.ids["payees"]
     steps, facts = task.verify("routing_number", "payee_account_number")
-    steps += [_call("get_accounts", customer_id=task.cid), _call("list_transfers", customer_id=task.cid),
+    salary, remark = task.salary_check(index)
+    steps += [_call("get_accounts", customer_id=task.cid), *salary, _call("list_transfers", customer_id=task.cid),
               _call("add_payee", customer_id=task.cid, name=name, routing_number=routing,
                     account_number=account_number),
               _call("send_transfer", account_id=task.checking["id"], payee_id=payee_id, amount=money(amount),
@@ -357,8 +393,9 @@ def _new_payee_family(rng: random.Random, numbers: set[str], index: int, kind: s
     return {"persona": f"{task.name}, a Tidewater customer (KYC tier {tier}).",
             "facts": _facts(**facts, routing_number=routing, payee_account_number=account_number),
             "instructions": f"Add {name} as a new payee and send them ${amount:,} from your checking account.",
-            "opening": f"Hi, I need to send ${amount:,} to {name}. They are not in my payees yet.",
-            "rows": task.bank.rows, "reference": steps, "expected": expected + _sent(task.checking, payee_id, amount)}
+            "opening": f"Hi, I need to send ${amount:,} to {name}. They are not in my payees yet.{remark}",
+            "rows": task.bank.rows, "reference": steps,
+            "expected": [task.identity, *expected, *_sent(task.checking, payee_id, amount)]}
 
 
 FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
@@ -392,7 +429,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": plain(built["rows"])},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

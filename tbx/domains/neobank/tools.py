@@ -18,13 +18,14 @@ from tbx.domains.neobank.schema import (
     compliance_reviews,
     customers,
     disputes,
+    identity_checks,
     payees,
     support_cases,
     transactions,
     transfers,
 )
 from tbx.domains.neobank.seed import TODAY, new_card_last4
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 REPLACE_REASONS = ("damaged", "lost", "stolen")
 DISPUTE_REASONS = ("unauthorized", "duplicate", "not_received", "wrong_amount")
@@ -87,10 +88,10 @@ def _card_status(db, card_id: int, expected: str, new: str) -> dict:
     return {"card_id": card_id, "last4": card["last4"], "status": new}
 
 
-@tool("read")
+@tool("write")
 def verify_customer(db, customer_number: str, date_of_birth: str, card_last4: str) -> dict:
     """Verify a caller: customer number, date of birth and the last four digits of one of their cards
-    (active or frozen), as the caller stated them.
+    (active or frozen), as the caller stated them. A success is recorded on the customer's file.
 
     Returns {"verified": true, "customer": profile} when all three match, otherwise
     {"verified": false, "reason": ...} and no profile.
@@ -111,6 +112,7 @@ def verify_customer(db, customer_number: str, date_of_birth: str, card_last4: st
                                                    cards.c.status != "cancelled")).scalars().all()
     if card_last4.strip() not in last4:
         return {"verified": False, "reason": "no active or frozen card of this customer ends in these digits"}
+    record_once(db, identity_checks, customer_id=row["id"])
     return {"verified": True, "customer": {k: v for k, v in row.items() if k not in ("date_of_birth", "updated_at")}}
 
 

@@ -8,6 +8,7 @@ DOMAIN = build_domain(
     __name__,
     split="bench",
     volatile=("audit_log", "orders.updated_at", "customers.updated_at"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "change_shipping_address", "arguments": {"order_id": 1, "street": "9 Quarry Rd",
                                                           "city": "Duluth", "zip_code": "55802"}},

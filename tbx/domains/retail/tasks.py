@@ -93,13 +93,23 @@ class _Task:
         return {"order": rows["orders"][0], "items": rows["order_items"], "payment": rows["payments"][0]}
 
     def verify(self, index: int, *more: str) -> tuple[list[dict], dict, dict]:
-        """(ask + authenticate steps, authenticate proof, facts) with ZIP or order-number proof."""
+        """(ask + authenticate steps, authenticate proof, facts) with ZIP or order-number proof. Every
+        third customer has no order number at hand: the agent finds the order in their list (a
+        second shape of each family: list_orders before get_order)."""
         number = self.rows["orders"][-1]["order_number"]
-        by_zip = index % 3 != 2
+        by_zip, lookup = index % 3 != 2, index % 3 == 1
         proof = {"zip_code": self.owner["zip_code"]} if by_zip else {"order_number": number}
-        asked = ("email", "zip_code", "order_number") if by_zip else ("email", "order_number")
+        held = {} if lookup else {"order_number": number}
+        asked = ("email", *proof, *(n for n in held if n not in proof))
         steps = [_ask(*asked, *more), _call("authenticate_customer", email=self.owner["email"], **proof)]
-        return steps, proof, {"email": self.owner["email"], **proof, "order_number": number}
+        if lookup:
+            steps.append(_call("list_orders", customer_id=self.owner["id"]))
+        return steps, proof, {"email": self.owner["email"], **proof, **held}
+
+    @property
+    def identity(self) -> dict:
+        """The identity record a successful authentication leaves (checked like any write)."""
+        return {"op": "insert", "table": "identity_checks", "values": {"customer_id": self.owner["id"]}}
 
     @property
     def name(self) -> str:
@@ -158,12 +168,15 @@ def _return_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     refused = "" if kind == "return_items" else (f" {_capital(describe(_variant(wanted[1])))} is in a "
                                                  "non-returnable category, so it cannot be returned.")
     closing = {"say": f"Your return of {_listing(eligible)} is open and {_refund_note(refund, fee)}.{refused}"}
+    rule = {"id": "told_refund", "rule": "The agent told the customer how much is refunded.",
+            "evidence": [f"${refund}"]}
     return {
+        "judge": [rule] if kind == "return_items" else [],
         "persona": f"{task.name}, a Northwind Outfitters customer ({task.owner['loyalty_tier']} tier).",
         "instructions": f"Return {_listing(wanted)} from your order delivered {days} days ago and get your money "
                         "back. Accept what the agent says policy allows.",
         "facts": _facts(**facts), "opening": f"Hi, I'd like to return {_listing(wanted)} from a recent order.",
-        "rows": task.rows, "reference": steps + writes + [closing], "expected": expected,
+        "rows": task.rows, "reference": steps + writes + [closing], "expected": [task.identity, *expected],
     }
 
 
@@ -187,7 +200,7 @@ def _window_family(rng: random.Random, used: set[str], index: int, kind: str) ->
                         "If the agent says it is too late, ask for an exception to be reviewed.",
         "facts": _facts(**facts), "opening": f"Hello, I want to return {describe(_variant(item))} I ordered.",
         "rows": task.rows, "reference": steps,
-        "expected": [{"op": "insert", "table": "support_cases", "values": {
+        "expected": [task.identity, {"op": "insert", "table": "support_cases", "values": {
             "customer_id": task.owner["id"], "order_id": placed["order"]["id"], "category": "return_exception",
             "status": "open"}}],
     }
@@ -218,7 +231,7 @@ def _exchange_family(rng: random.Random, used: set[str], index: int, kind: str) 
              "order_item_id": item["id"], "kind": "exchange", "new_variant_id": wanted["id"], "status": "requested"}}]
         return {"persona": f"{task.name}, a customer who ordered the wrong size.", "facts": _facts(**facts),
                 "instructions": f"Exchange {describe(line[0])} for the {wanted['option']}.", "opening": opening,
-                "rows": task.rows, "reference": steps, "expected": expected}
+                "rows": task.rows, "reference": steps, "expected": [task.identity, *expected]}
     fee = _fee(task.owner)
     steps.append({"say": f"The {product[1]} in {wanted['option']} is out of stock, so I cannot exchange it. "
                          "Would you like to return it for a refund instead?"})
@@ -228,7 +241,7 @@ def _exchange_family(rng: random.Random, used: set[str], index: int, kind: str) 
             "instructions": f"Exchange {describe(line[0])} for the {wanted['option']}; if that is not possible, "
                             "return it for a refund.",
             "facts": _facts(**facts, if_unavailable="Yes, please return it for a refund instead."),
-            "opening": opening, "rows": task.rows, "reference": steps + writes + [closing], "expected": expected}
+            "opening": opening, "rows": task.rows, "reference": steps + writes + [closing], "expected": [task.identity, *expected]}
 
 
 def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -250,7 +263,7 @@ def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -
                 "instructions": "Have your order shipped to your new address.",
                 "opening": "Hi, I moved last week; can my recent order go to my new place?",
                 "rows": task.rows, "reference": steps, "expected": [
-                    {"op": "update", "table": "orders", "key": {"id": order_id},
+                    task.identity, {"op": "update", "table": "orders", "key": {"id": order_id},
                      "values": {"ship_street": street, "ship_city": city, "ship_zip": zip_code}}]}
     steps, proof, facts = task.verify(index)
     steps += [_call("get_order", order_number=number),
@@ -262,7 +275,7 @@ def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -
             "instructions": f"Have your order sent to {new} instead of your old address.",
             "opening": f"Hi, please send my order to {new} instead; I just moved.",
             "rows": task.rows, "reference": steps, "expected": [
-                {"op": "insert", "table": "support_cases", "values": {
+                task.identity, {"op": "insert", "table": "support_cases", "values": {
                     "customer_id": task.owner["id"], "order_id": order_id,
                     "category": "address_change_after_shipment", "status": "open"}}]}
 
@@ -289,7 +302,7 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
             "instructions": f"Cancel your order of {_listing(placed['items'])} placed {placed['order']['placed_on']} "
                             "and get your money back.",
             "opening": f"Hi, I'd like to cancel the order I placed on {placed['order']['placed_on']}.",
-            "rows": task.rows, "reference": steps, "expected": expected}
+            "rows": task.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _goodwill_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
@@ -323,13 +336,30 @@ def _goodwill_family(rng: random.Random, used: set[str], index: int, kind: str) 
             "instructions": "Your last order arrived days after the promised date; ask for some compensation and "
                             "accept store credit.",
             "opening": "Hi, my last order arrived days later than promised. Can you do anything about that?",
-            "rows": task.rows, "reference": steps, "expected": expected}
+            "rows": task.rows, "reference": steps, "expected": [task.identity, *expected]}
 
 
 def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
-    """Verification fails (an old ZIP code, or someone else's order number): no change, an identity case."""
+    """Verification fails (an old ZIP code, or someone else's order number): no change, an identity case.
+    Every fourth caller verifies with their own ZIP code but asks about a neighbour's order: the
+    order is not theirs, so no change; their identity record is what the checks see."""
     task = _Task(rng, used)
     task.order("processing", pick_lines(rng, 1, stocked()))
+    if index % 4 == 3:
+        other = rng.choice([o for o in base_rows()["orders"] if o["customer_id"] != task.owner["id"]])
+        proof = {"zip_code": task.owner["zip_code"]}
+        return {"persona": f"{task.name}, a customer who quotes the order number of a parcel delivered to a "
+                           "neighbour.",
+                "instructions": f"Cancel order {other['order_number']}. Give the details you hold when asked.",
+                "facts": _facts(email=task.owner["email"], **proof, order_number=other["order_number"]),
+                "opening": "Hi, please cancel an order that was ordered by mistake. I have its order number.",
+                "rows": task.rows,
+                "reference": [_ask("email", "zip_code", "order_number"),
+                              _call("authenticate_customer", email=task.owner["email"], **proof),
+                              _call("get_order", order_number=other["order_number"]),
+                              {"say": "I'm sorry, but I can't make that change under our policy: that order does "
+                                      "not belong to your account, and I can only act on your own orders."}],
+                "expected": [task.identity]}
     if index % 2 == 0:  # the caller holds no order number, so the ZIP code is the only proof on offer
         proof = {"zip_code": rng.choice([z for _, z in CITIES if z != task.owner["zip_code"]])}
         asked, who = ("email", "zip_code"), "gives the ZIP code of a previous address"
@@ -381,7 +411,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": plain({t: r for t, r in built["rows"].items() if r})},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

@@ -16,6 +16,7 @@ from tbx.domains.retail.schema import (
     credit_approvals,
     credit_ledger,
     customers,
+    identity_checks,
     order_items,
     orders,
     payments,
@@ -26,7 +27,7 @@ from tbx.domains.retail.schema import (
     variants,
 )
 from tbx.domains.retail.seed import TODAY
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 CASE_CATEGORIES = ("return_exception", "address_change_after_shipment", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
@@ -93,10 +94,10 @@ def _delivered_item(db, order_item_id: int) -> tuple[dict, dict]:
     return item, placed
 
 
-@tool("read")
+@tool("write")
 def authenticate_customer(db, email: str, zip_code: str = "", order_number: str = "") -> dict:
     """Verify a customer's identity: their email address plus their billing ZIP code or one of their
-    order numbers, as the customer stated them.
+    order numbers, as the customer stated them. A success is recorded on the customer's file.
 
     Returns {"verified": true, "customer": profile} when every detail given matches, otherwise
     {"verified": false, "reason": ...} and no profile.
@@ -120,6 +121,7 @@ def authenticate_customer(db, email: str, zip_code: str = "", order_number: str 
             orders.c.order_number == order_number.strip().upper())).scalar()
         if owner != row["id"]:
             return {"verified": False, "reason": "the order number does not belong to this account"}
+    record_once(db, identity_checks, customer_id=row["id"])
     return {"verified": True, "customer": {k: v for k, v in row.items() if k not in ("zip_code", "updated_at")}}
 
 

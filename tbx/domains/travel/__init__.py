@@ -7,6 +7,7 @@ DOMAIN = build_domain(
     __name__,
     split="bench",
     volatile=("audit_log", "bookings.updated_at", "employees.updated_at"),
+    records=("identity_checks",),
     distractors=(
         {"tool": "update_profile", "arguments": {"employee_id": 1040, "field": "phone", "value": "+1-617-555-0100"}},
         {"tool": "open_support_case", "arguments": {"employee_id": 1039, "category": "other",

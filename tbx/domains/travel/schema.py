@@ -2,7 +2,8 @@
 
 Dates are ISO strings (YYYY-MM-DD): task files carry them as text, and SQLite's Date type only
 accepts Python date objects. Money is `Numeric(12, 2)`. `updated_at` columns and `audit_log` are
-bookkeeping the checks ignore (the domain declares them volatile).
+bookkeeping the checks ignore (the domain declares them volatile); `identity_checks` is a record
+the checks require where a task verifies its caller.
 """
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
@@ -109,6 +110,12 @@ support_cases = Table(
     Column("category", String(40), nullable=False),
     Column("status", String(10), nullable=False),  # open
     Column("summary", String(400)),
+)
+
+identity_checks = Table(  # one row per employee whose identity the agent verified (policy.md)
+    "identity_checks", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("employee_id", Integer, ForeignKey("employees.id"), nullable=False),
 )
 
 audit_log = Table(

@@ -63,6 +63,22 @@ def _ask(*names: str) -> dict:
     return {"say": f"I can help with that. Could you please give me {listed}?"}
 
 
+def _verified(employee: Row) -> dict:
+    """The identity record a successful verification of `employee` leaves (checked like any write)."""
+    return {"op": "insert", "table": "identity_checks", "values": {"employee_id": employee["id"]}}
+
+
+def _lookup(index: int) -> bool:
+    """Whether the user of instance `index` has no confirmation code at hand, so the agent finds the
+    booking among the employee's (a second shape of a family: find_bookings before get_booking)."""
+    return index % 3 == 2
+
+
+def _booking_steps(employee: Row, code: str, lookup: bool) -> list[dict]:
+    found = [_call("find_bookings", employee_id=employee["id"])] if lookup else []
+    return [*found, _call("get_booking", confirmation_code=code)]
+
+
 def _facts(**values: Any) -> dict:
     return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
 
@@ -178,10 +194,11 @@ def _room_outcome(kind: str, employee: Row, booking: Row, paid: Row, current: Ro
 def _room_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
     """The four room-change families: downgrade (approval missing or given), upgrade (within or over limit)."""
     employee, booking, paid, current, target, rows = _room_rows(rng, used, index, kind)
-    code = booking["confirmation_code"]
-    steps = [_ask("employee_id", "last_name", "confirmation_code"),
+    code, lookup = booking["confirmation_code"], _lookup(index)
+    held = {} if lookup else {"confirmation_code": code}
+    steps = [_ask("employee_id", "last_name", *held),
              _call("verify_identity", employee_id=employee["id"], last_name=employee["last_name"]),
-             _call("get_booking", confirmation_code=code),
+             *_booking_steps(employee, code, lookup),
              _call("get_hotel_rooms", hotel_id=current["hotel_id"]),
              _call("get_approvals", employee_id=employee["id"])]
     closing, expected = _room_outcome(kind, employee, booking, paid, current, target)
@@ -191,10 +208,10 @@ def _room_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
         "instructions": f"You want your stay at {_hotel_label(current)} (check-in {booking['check_in']}) moved "
                         f"from the {current['name']} to the {target['name']} room. Accept what the agent "
                         f"says policy allows; if approval is needed, that is fine.",
-        "facts": _facts(employee_id=employee["id"], last_name=employee["last_name"], confirmation_code=code),
+        "facts": _facts(employee_id=employee["id"], last_name=employee["last_name"], **held),
         "opening": f"Hi, I'd like {want} room at {_hotel_label(current)} for my stay from {booking['check_in']}: "
                    f"please switch me from the {current['name']} to the {target['name']}.",
-        "rows": rows, "reference": steps + closing, "expected": expected,
+        "rows": rows, "reference": steps + closing, "expected": [_verified(employee), *expected],
     }
 
 
@@ -223,9 +240,11 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     rows |= {"bookings": [booking], "payments": [paid]}
     by_birth = index % 4 in (2, 3)
     proof = {"date_of_birth": employee["date_of_birth"]} if by_birth else {"last_name": employee["last_name"]}
-    steps = [_ask("employee_id", *proof, "confirmation_code"),
+    lookup = _lookup(index)
+    held = {} if lookup else {"confirmation_code": booking["confirmation_code"]}
+    steps = [_ask("employee_id", *proof, *held),
              _call("verify_identity", employee_id=employee["id"], **proof),
-             _call("get_booking", confirmation_code=booking["confirmation_code"])]
+             *_booking_steps(employee, booking["confirmation_code"], lookup)]
     if refundable:
         steps += [_call("cancel_booking", booking_id=booking["id"], reason="trip called off"),
                   _call("issue_refund", booking_id=booking["id"], amount=refund, reason="refundable cancellation"),
@@ -245,13 +264,15 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
         expected = [{"op": "insert", "table": "support_cases", "values": {
             "employee_id": employee["id"], "booking_id": booking["id"],
             "category": "nonrefundable_cancellation", "status": "open"}}]
+    rule = {"id": "told_refund", "rule": "The agent told the user how much is refunded.", "evidence": [f"${refund}"]}
     return {
+        "judge": [rule] if refundable else [],
         "persona": f"{employee['first_name']} {employee['last_name']}, an Acme employee whose trip was called off.",
         "instructions": f"You want your {what} cancelled with a refund. If the agent says it cannot be "
                         f"refunded, accept that.",
-        "facts": _facts(employee_id=employee["id"], **proof, confirmation_code=booking["confirmation_code"]),
+        "facts": _facts(employee_id=employee["id"], **proof, **held),
         "opening": f"Hello, my trip was called off and I need to cancel my {what}.",
-        "rows": rows, "reference": steps, "expected": expected,
+        "rows": rows, "reference": steps, "expected": [_verified(employee), *expected],
     }
 
 
@@ -290,6 +311,7 @@ def _rebook_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     steps.append({"say": f"You are now on flight {chosen['flight_number']} on {new_day} at "
                          f"{chosen['departure_time']}, and {settled}."})
     expected = [
+        _verified(employee),
         {"op": "update", "table": "bookings", "key": {"id": booking["id"]},
          "values": {"flight_id": chosen["id"], "total_amount": chosen["fare"]}},
         {"op": "update", "table": "flights", "key": {"id": leg["id"]},
@@ -336,31 +358,54 @@ def _profile_family(rng: random.Random, used: set[str], index: int, kind: str) -
         "facts": _facts(employee_id=employee["id"], date_of_birth=employee["date_of_birth"], **values),
         "opening": f"Hi, I need to update my {labels} on my travel profile.",
         "rows": {"employees": [employee]}, "reference": steps,
-        "expected": [{"op": "update", "table": "employees", "key": {"id": employee["id"]}, "values": values}],
+        "expected": [_verified(employee),
+                     {"op": "update", "table": "employees", "key": {"id": employee["id"]}, "values": values}],
     }
 
 
 def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
-    """A caller whose last name does not match the record: change nothing, open an identity case."""
+    """A caller who is not the booking's owner. Even instances: the last name does not match the
+    owner's record, so change nothing and open an identity case. Odd ones: the caller is an employee
+    too and verifies as themselves, but the booking is their boss's, so change nothing; the identity
+    record of the caller is what the checks see."""
     ids = _Ids(rng)
     employee = _traveller(rng, ids, rng.choice(("G2", "G3", "G4")))
     caller = rng.choice([n for n in ("Reyes", "Kim", "Olsen", "Baptiste", "Walsh") if n != employee["last_name"]])
     room = rng.choice([r for r in room_type_rows() if r["nightly_rate"] <= GRADE_LIMITS[employee["grade"]]])
     booking, paid = _hotel_stay(rng, ids, used, employee, room, 1)
+    rows = {"employees": [employee], "bookings": [booking], "payments": [paid]}
+    code = booking["confirmation_code"]
+    built = {
+        "persona": f"Jordan {caller}, assistant to {employee['first_name']} {employee['last_name']}.",
+        "opening": f"Hi, please cancel the hotel stay at {_hotel_label(room)} from {booking['check_in']}; "
+                   f"the trip is off.",
+        "rows": rows,
+    }
+    if index % 2:
+        assistant = _traveller(rng, ids, "G1") | {"first_name": "Jordan", "last_name": caller}
+        rows["employees"].append(assistant)
+        return built | {
+            "instructions": f"Cancel your boss's stay at {_hotel_label(room)}. When asked, give your own employee "
+                            f"ID and last name.",
+            "facts": _facts(employee_id=assistant["id"], last_name=caller, confirmation_code=code),
+            "reference": [_ask("employee_id", "last_name", "confirmation_code"),
+                          _call("verify_identity", employee_id=assistant["id"], last_name=caller),
+                          _call("get_booking", confirmation_code=code),
+                          {"say": "I'm sorry, but I can't make that change under our policy: this booking belongs "
+                                  "to another employee, and only that employee may have it changed."}],
+            "expected": [_verified(assistant)],
+        }
     steps = [_ask("employee_id", "last_name", "confirmation_code"),
              _call("verify_identity", employee_id=employee["id"], last_name=caller),
              _call("open_support_case", employee_id=employee["id"], category="identity_verification_failed",
                    summary="Caller could not be verified while asking to cancel a hotel stay.")]
     steps.append({"say": "I'm sorry, the details you gave do not match our records, so I cannot make any "
                          "change. I have logged this for the travel team."})
-    return {
-        "persona": f"Jordan {caller}, assistant to {employee['first_name']} {employee['last_name']}.",
+    return built | {
         "instructions": f"Cancel your boss's stay at {_hotel_label(room)}. You give your own last name when "
                         f"asked, and you do not know your boss's date of birth.",
-        "facts": _facts(employee_id=employee["id"], last_name=caller, confirmation_code=booking["confirmation_code"]),
-        "opening": f"Hi, please cancel the hotel stay at {_hotel_label(room)} from {booking['check_in']}; "
-                   f"the trip is off.",
-        "rows": {"employees": [employee], "bookings": [booking], "payments": [paid]}, "reference": steps,
+        "facts": _facts(employee_id=employee["id"], last_name=caller, confirmation_code=code),
+        "reference": steps,
         "expected": [{"op": "insert", "table": "support_cases", "values": {
             "employee_id": employee["id"], "category": "identity_verification_failed", "status": "open"}}],
     }
@@ -394,7 +439,7 @@ def generate_tasks(seed: int = 0) -> list[dict]:
                          "private_facts": built["facts"], "opening_message": built["opening"]},
                 "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
                 "reference": built["reference"],
-                "checks": {"expected": built["expected"]},
+                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
                 "turn_limit": 30,
             })
     return tasks

@@ -17,12 +17,13 @@ from tbx.domains.travel.schema import (
     employees,
     flights,
     hotels,
+    identity_checks,
     payments,
     refunds,
     room_types,
     support_cases,
 )
-from tbx.tools import ToolFailure, tool
+from tbx.tools import ToolFailure, record_once, tool
 
 PROFILE_FIELDS = ("phone", "email", "frequent_flyer_number", "hotel_loyalty_number")
 REQUEST_TYPES = ("room_downgrade", "room_upgrade")
@@ -98,9 +99,9 @@ def _log(db, event: str) -> None:
     db.execute(insert(audit_log).values(event=event))
 
 
-@tool("read")
+@tool("write")
 def verify_identity(db, employee_id: int, last_name: str = "", date_of_birth: str = "") -> dict:
-    """Verify a caller's identity against the employee record.
+    """Verify a caller's identity against the employee record; a success is recorded on file.
 
     Give the employee ID and at least one of last name or date of birth, as the user stated them.
     Returns {"verified": true, "employee": profile} when every detail given matches, otherwise
@@ -119,6 +120,7 @@ def verify_identity(db, employee_id: int, last_name: str = "", date_of_birth: st
         return {"verified": False, "reason": f"the last name does not match employee {employee_id}"}
     if date_of_birth.strip() and date_of_birth.strip() != employee["date_of_birth"]:
         return {"verified": False, "reason": f"the date of birth does not match employee {employee_id}"}
+    record_once(db, identity_checks, employee_id=employee_id)
     return {"verified": True, "employee": _profile(employee)}
 
 
