@@ -17,8 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, MetaData, select
 
-# {table: {"pk": [column, ...], "rows": [{column: value}, ...]}}
-State = dict[str, dict[str, Any]]
+from tbx.records import State
 
 
 def canonical(value: Any) -> Any:

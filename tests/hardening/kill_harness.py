@@ -339,7 +339,7 @@ def build_tiny_model(folder: Path) -> Path:
 def write_mock_pool(path: Path) -> Path:
     """A frozen pool manifest keeping the three mock tasks (what stage=select would write for them)."""
     from tbx.config import TasksConfig
-    from tbx.stages.select import manifest_hash
+    from tbx.records import manifest_hash
 
     manifest = {"version": 1, "probe_settings": {"tasks": dataclasses.asdict(TasksConfig(name="mock",
                                                                                           domains=["mock"]))},
