@@ -8,7 +8,6 @@ passes through our config, and `safe_config` drops any key that looks like a sec
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from abc import ABC, abstractmethod
@@ -17,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tbx.config import Config
+from tbx.config import Config, plain
 from tbx.errors import ConfigError
 
 SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)
@@ -25,8 +24,7 @@ SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)
 
 def safe_config(value: Any) -> Any:
     """The config as plain data with secret-looking values removed (names of env vars are kept)."""
-    if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
+    value = plain(value)
     if isinstance(value, Mapping):
         return {k: ("<redacted>" if SECRET.search(str(k)) else safe_config(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):

@@ -179,8 +179,6 @@ def check_trainer(cfg: Config, batch: TrainBatch, tasks: int) -> int:
     """The native trainer is one process; verl splits each step's episodes over every GPU of the
     allocation (or every task on CPU). Returns the data-parallel size."""
     hw = cfg.hardware
-    if cfg.grpo.trainer not in ("native", "verl"):
-        raise ConfigError("conf/grpo", "grpo.trainer", f"is {cfg.grpo.trainer!r}", "use native or verl")
     if cfg.grpo.trainer == "native":
         if tasks > 1:
             raise _hw_error(hw, "nodes", f"{hw.nodes} node(s) x {hw.tasks_per_node} task(s), but grpo.trainer=native "

@@ -11,14 +11,13 @@ changes during a run.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tbx.config import Config
+from tbx.config import Config, plain
 from tbx.difficulty import describe, validate_band_names, validate_edges
 from tbx.durable import write_text
 from tbx.errors import ConfigError
@@ -69,7 +68,7 @@ def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) 
     return PoolManifest(
         probe_run=str(probe_dir.resolve()), probe_run_id=probe_meta["identity"],
         probe_settings=probe_meta["settings"] | {"tasks": probe_tasks},
-        pool=dataclasses.asdict(cfg.pool), difficulty=dataclasses.asdict(cfg.difficulty),
+        pool=plain(cfg.pool), difficulty=plain(cfg.difficulty),
         kept=selection.kept, dropped=selection.dropped, no_verdict=tuple(unjudged),
         band_counts=dict(zip(names, selection.band_counts, strict=True)), tasks=tuple(rows),
     ).sealed()

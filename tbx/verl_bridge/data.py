@@ -17,14 +17,13 @@ their episode world from, and a copy of the manifest, at the paths of `BridgePat
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tbx.config import Config
+from tbx.config import Config, plain
 from tbx.records import PoolManifest, PoolTask
 from tbx.verl_bridge.overrides import AGENT_LOOP_NAME, TrainPlan, agent_loop_entries, validate_manifest
 
@@ -60,5 +59,5 @@ def write_bridge_files(cfg: Config, manifest: PoolManifest, plan: TrainPlan, pro
     write_rows(pool_rows(manifest), Path(paths.train_file))
     Path(paths.agent_loop_config).write_text(
         yaml.safe_dump(agent_loop_entries(paths, plan.grpo, prompt_style), sort_keys=False))
-    Path(paths.tbx_config).write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    Path(paths.tbx_config).write_text(yaml.safe_dump(plain(cfg), sort_keys=False))
     Path(paths.manifest).write_text(json.dumps(manifest.to_dict(), indent=2))
