@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from tbx.config import Config, EndpointConfig
 from tbx.errors import VerifierError
 from tbx.grading.judge import Judge, JudgeVerdict
-from tbx.llm_client import ChatClient, ChatResult, EndpointError
+from tbx.llm.client import ChatClient, ChatResult, EndpointError
+from tbx.llm.parsing import parse_openai_message  # strips reasoning the same way as for agents
 from tbx.messages import Message
 from tbx.tasks.model import JudgeRule
 
@@ -75,8 +76,6 @@ class LLMJudge(Judge):
         return cls(cfg.judge.endpoint)
 
     async def decide(self, rule: JudgeRule, transcript: Sequence[Message]) -> JudgeVerdict:
-        from tbx.policies.parsing import parse_openai_message  # strips reasoning the same way as for agents
-
         messages = build_judge_messages(rule, transcript)
         try:
             result = await self._ask(messages)

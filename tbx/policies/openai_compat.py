@@ -1,7 +1,7 @@
 """A policy served by an OpenAI-compatible endpoint (vLLM on a cluster, or a hosted provider).
 
 The agent sends the conversation and the MCP tool schemas, and reads the reply with the shared
-parser (`tbx.policies.parsing`), the same one the local model and the verl bridge use, so native
+parser (`tbx.llm.parsing`), the same one the local model and the verl bridge use, so native
 `tool_calls`, hermes `<tool_call>` text and reasoning are read identically in evaluation and
 training. An endpoint failure raises `InfraError`; the episode loop maps it to `infra_error`.
 
@@ -20,7 +20,9 @@ from typing import Any
 
 from tbx.config import Config, EndpointConfig
 from tbx.errors import AgentFault
-from tbx.llm_client import ChatClient, EndpointError, to_openai_messages
+from tbx.llm.client import ChatClient, EndpointError
+from tbx.llm.parsing import parse_openai_message
+from tbx.llm.wire import to_openai_messages
 from tbx.messages import AssistantTurn, Message, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
 
@@ -92,8 +94,6 @@ class OpenAIAgent(Agent):
         self.chat_template_kwargs = chat_template_kwargs or {}
 
     async def act(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> AssistantTurn:
-        from tbx.policies.parsing import parse_openai_message  # shared parser, imported at first use
-
         overrides: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
         if self.chat_template_kwargs:  # only when set: providers may reject a field they do not know
             overrides["chat_template_kwargs"] = self.chat_template_kwargs

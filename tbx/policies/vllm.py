@@ -28,10 +28,10 @@ import httpx
 
 from tbx.config import Config, ModelConfig
 from tbx.errors import InfraError
-from tbx.llm_client import ChatClient, _RetryableError
+from tbx.llm.client import ChatClient, _RetryableError
+from tbx.llm.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent, EpisodeContext, Policy
-from tbx.policies.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.policies.prompting import Demonstration, check_tool_format, demonstrations_for, fit_prompt
 from tbx.vllm_server import VLLMServer, shared_server
 from tbx.vllm_spec import spec_for

@@ -303,8 +303,8 @@ def clean_and_killed(context, case: Case, root: Path, seed: int) -> KillLog:  # 
 # --- training fixtures --------------------------------------------------------------------------
 def mock_actions() -> list[str]:
     """Whole assistant replies, one token each: the mock tasks' right calls, a wrong one, and a sign-off."""
+    from tbx.llm.parsing import render_tool_call
     from tbx.messages import ToolCall
-    from tbx.policies.parsing import render_tool_call
 
     calls = [ToolCall("set_nickname", {"account_id": 2, "nickname": "savings"}),
              ToolCall("set_nickname", {"account_id": 3, "nickname": "spare"}),

@@ -9,7 +9,7 @@ import pytest
 from tbx.config import Config, EndpointConfig
 from tbx.errors import InfraError, UserSimError, VerifierError
 from tbx.grading.judge_llm import LLMJudge, parse_verdict, render_transcript
-from tbx.llm_client import ChatClient
+from tbx.llm.client import ChatClient
 from tbx.messages import Message, ToolCall, Usage
 from tbx.tasks.model import JudgeRule, PrivateFact, UserScenario
 from tbx.users.base import STOP

@@ -9,7 +9,8 @@ import pytest
 
 from tbx.config import Config, EndpointConfig
 from tbx.errors import ConfigError, InfraError
-from tbx.llm_client import ChatClient, EndpointError, to_openai_messages
+from tbx.llm.client import ChatClient, EndpointError
+from tbx.llm.wire import to_openai_messages
 from tbx.messages import Message, ToolCall, ToolSchema, Usage
 from tbx.policies.base import EpisodeContext
 from tbx.policies.openai_compat import OpenAIPolicy
