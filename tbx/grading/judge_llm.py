@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tbx.config import Config, EndpointConfig
+from tbx.config import EndpointConfig, JudgeConfig
 from tbx.errors import VerifierError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.llm.client import ChatClient, ChatResult, EndpointError
@@ -72,8 +72,8 @@ class LLMJudge(Judge):
         self.json_mode = json_mode
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LLMJudge:
-        return cls(cfg.judge.endpoint)
+    def from_config(cls, judge: JudgeConfig) -> LLMJudge:
+        return cls(judge.endpoint)
 
     async def decide(self, rule: JudgeRule, transcript: Sequence[Message]) -> JudgeVerdict:
         messages = build_judge_messages(rule, transcript)

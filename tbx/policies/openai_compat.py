@@ -18,13 +18,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tbx.config import Config, EndpointConfig
+from tbx.config import EndpointConfig
 from tbx.errors import AgentFault
 from tbx.llm.client import ChatClient, EndpointError
 from tbx.llm.parsing import parse_openai_message
 from tbx.llm.wire import to_openai_messages
 from tbx.messages import AssistantTurn, Message, ToolSchema
-from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.policies.base import Agent, EpisodeContext, Policy, PolicySetup
 
 AGENT_STATUSES = frozenset({400, 413, 422})  # the request's content was refused, not the endpoint's state
 _CONTEXT = re.compile(r"context.(length|window)|maximum context|too many tokens|prompt is too long|input is too "
@@ -59,13 +59,13 @@ class OpenAIPolicy(Policy):
         self.client = client or ChatClient(endpoint, role="model")
 
     @classmethod
-    def from_config(cls, cfg: Config) -> OpenAIPolicy:
-        """Build from `cfg.model`: its endpoint, its name (for accounting) and its prices.
+    def from_config(cls, setup: PolicySetup) -> OpenAIPolicy:
+        """Build from the `model` group: its endpoint, its name (for accounting) and its prices.
 
         Prices: the model's own fields win; when both are 0 the endpoint's fields are used, so a
         provider preset can carry its prices.
         """
-        model, endpoint = cfg.model, cfg.model.endpoint
+        model, endpoint = setup.model, setup.model.endpoint
         priced = model.price_input_per_mtok or model.price_output_per_mtok
         return cls(
             endpoint,

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.config import Config, EndpointConfig
+from tbx.config import EndpointConfig, UserConfig
 from tbx.errors import InfraError, UserSimError
 from tbx.llm.client import ChatClient
 from tbx.llm.parsing import parse_openai_message  # strips reasoning the same way as for agents
@@ -217,8 +217,8 @@ class LLMUser(UserSimulator):
         self.client = client or ChatClient(endpoint, role="user")
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LLMUser:
-        return cls(cfg.user.endpoint)
+    def from_config(cls, user: UserConfig) -> LLMUser:
+        return cls(user.endpoint)
 
     def session(self, scenario: UserScenario, seed: int) -> UserSession:
         return LLMUserSession(self.client, scenario, seed)
