@@ -72,6 +72,17 @@ class StoppingRule(StrEnum):
     band_mass = "band_mass"  # naive: the mass of the leading band
 
 
+class Executor(StrEnum):
+    debug = "debug"  # in this process
+    local = "local"  # a subprocess per job
+    slurm = "slurm"
+
+
+class RayAuthMode(StrEnum):
+    token = "token"  # a fresh random token per job
+    disabled = "disabled"
+
+
 class Transport(StrEnum):
     http = "http"  # streamable HTTP, a session per episode
     stdio = "stdio"  # one session over stdin/stdout
@@ -381,7 +392,7 @@ class HardwareConfig:
     """Where a stage's jobs run and what one job gets (conf/hardware/; see tbx/launch/plan.py)."""
 
     name: str = "local_cpu"
-    executor: str = "debug"  # debug (in this process) | local (a subprocess per job) | slurm
+    executor: Executor = Executor.debug  # debug (in this process) | local (a subprocess per job) | slurm
     partition: str | None = None  # Slurm partition (null: the cluster's default)
     account: str | None = None  # Slurm account to charge
     qos: str | None = None  # Slurm quality of service
@@ -394,7 +405,8 @@ class HardwareConfig:
     mem_gb: int | None = None  # memory per node (null: the partition's default)
     constraint: str | None = None  # Slurm --constraint (node features)
     setup: list[str] = field(default_factory=list)  # shell lines before a Slurm job (module load, conda activate)
-    ray_auth_mode: str = "token"  # token (a fresh random token per job) | disabled; set on every Ray process
+    # token (a fresh random token per job) | disabled; set on every Ray process
+    ray_auth_mode: RayAuthMode = RayAuthMode.token
 
 
 @dataclass

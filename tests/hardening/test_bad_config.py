@@ -62,6 +62,9 @@ CONF = ROOT / "conf"
     (["stage=probe", "probe.rule=vibes"], "command line 'probe.rule=vibes'", "probe.rule", "predictive, band_mass"),
     (["stage=serve", "serve.agent_name=a", "serve.transport=sse"], "command line 'serve.transport=sse'",
      "serve.transport", "http, stdio"),
+    (["hardware.executor=pbs"], "command line 'hardware.executor=pbs'", "hardware.executor", "debug, local, slurm"),
+    (["hardware.ray_auth_mode=none"], "command line 'hardware.ray_auth_mode=none'", "hardware.ray_auth_mode",
+     "token, disabled"),
 ])
 def test_composition_mistake_names_file_field_and_fix(overrides, source, field, fix):
     error = composition_error(CONF, "config", overrides)
