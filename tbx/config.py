@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-
 # Run identity (tbx/runs.py): every field counts toward the hash that names a run, unless its metadata
 # says otherwise, so a new setting starts a new run until it is marked as not changing results.
 NOT_IDENTITY = {"identity": False}  # paths, logging, concurrency, waits and retries: never change a verdict
@@ -482,6 +480,9 @@ GROUPS = {
 
 
 def register_configs() -> None:
+    # imported here: the schema itself is plain dataclasses, cheap to import for the code below launch.py
+    from hydra.core.config_store import ConfigStore
+
     store = ConfigStore.instance()
     store.store(name="tbx_schema", node=Config)
     for group, schema in GROUPS.items():

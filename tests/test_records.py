@@ -19,6 +19,14 @@ def test_the_pure_core_loads_no_framework():
     assert loaded.strip() == "[]", f"the pure core imported {loaded.strip()}"
 
 
+def test_the_schema_and_the_llm_wire_load_no_framework():
+    """Policies, users and the judge import their config groups and tbx.llm: neither needs Hydra or the tools."""
+    code = ("import sys, tbx.config, tbx.llm.client, tbx.llm.parsing, tbx.llm.wire\n"
+            f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", f"imported {loaded.strip()}"
+
+
 def written_manifest() -> dict:
     """A manifest as stage=select writes it (keys in its order), hash included."""
     rows = [{"domain": "mock", "family": "transfer", "k": 3, "n": 4, "errors": 1, "id": "mock/transfer/5",
