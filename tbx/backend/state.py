@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy import Engine, MetaData, select
 
-from tbx.records import State
+# {table: {"pk": [column, ...], "rows": [{column: value}, ...]}}
+State = dict[str, dict[str, Any]]
 
 
 def canonical(value: Any) -> Any:
