@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_hash
@@ -23,7 +21,7 @@ from tbx.config import TasksConfig
 from tbx.domains import Domain, domain_names, get_domain
 from tbx.errors import ConfigError, InfraError, TaskFormatError
 from tbx.grading import derive_expected, diff_states, grade_state
-from tbx.pool import manifest_hash
+from tbx.records import PoolManifest
 from tbx.tasks.loader import load_task, read_task_file
 from tbx.tasks.model import ExpectedChange, Task
 from tbx.tools.declare import ToolSpec
@@ -138,34 +136,27 @@ def resolve_tasks(cfg: TasksConfig) -> list[Task]:
     return keep_pool(tasks, cfg.pool) if cfg.pool else tasks
 
 
-def load_manifest(path: str | None, field: str) -> dict[str, Any]:
+def load_manifest(path: str | None, field: str) -> PoolManifest:
     """A pool manifest (pool.json from stage=select), refused unless its content matches its hash: the
     pool is frozen once selected, so a hand-edited manifest would silently train or measure other tasks."""
     if not path:
         raise ConfigError("conf/config.yaml", field, "is empty", f"give {field}=<select run>/pool.json")
     try:
-        manifest = json.loads(Path(path).read_text(encoding="utf-8"))
-        kept, stated = manifest["kept"], manifest.get("hash")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, ValueError) as exc:
         raise ConfigError(path, field, f"is not a readable pool manifest ({exc})",
                           "give the pool.json that stage=select wrote") from None
-    if stated != manifest_hash(manifest):
-        raise ConfigError(path, field, "its content does not match its hash (edited by hand?)",
-                          "re-create it with stage=select; the pool is frozen once selected")
-    if not isinstance(kept, list):
-        raise ConfigError(path, field, "its 'kept' is not a list of task ids", "re-create it with stage=select")
-    return manifest
+    return PoolManifest.parse(text, path, field)
 
 
-def manifest_tasks(manifest: dict[str, Any]) -> list[Task]:
+def manifest_tasks(manifest: PoolManifest) -> list[Task]:
     """The tasks a pool manifest kept, resolved from the task set its probe ran on."""
-    try:
-        settings = manifest["probe_settings"]["tasks"]
-    except (KeyError, TypeError):
+    settings = manifest.probe_settings.get("tasks")
+    if not isinstance(settings, dict):
         raise ConfigError("train.pool", "probe_settings.tasks", "is missing: the manifest names no task set",
-                          "use the pool.json that stage=select wrote") from None
+                          "use the pool.json that stage=select wrote")
     tasks_cfg = TasksConfig(**{**settings, "limit": None, "families": [], "per_family": None})
-    kept = set(manifest["kept"])
+    kept = set(manifest.kept)
     tasks = [t for t in resolve_tasks(tasks_cfg) if t.id in kept]
     missing = kept - {t.id for t in tasks}
     if missing:
@@ -176,7 +167,7 @@ def manifest_tasks(manifest: dict[str, Any]) -> list[Task]:
 
 def keep_pool(tasks: list[Task], pool_path: str) -> list[Task]:
     """The tasks a pool manifest kept, in manifest order; every kept id must be in `tasks`."""
-    kept = load_manifest(pool_path, "tasks.pool")["kept"]
+    kept = load_manifest(pool_path, "tasks.pool").kept
     by_id = {task.id: task for task in tasks}
     missing = [task_id for task_id in kept if task_id not in by_id]
     if missing:

@@ -7,10 +7,10 @@ documented here, once.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
-
-from hydra.core.config_store import ConfigStore
 
 # Run identity (tbx/runs.py): every field counts toward the hash that names a run, unless its metadata
 # says otherwise, so a new setting starts a new run until it is marked as not changing results.
@@ -23,6 +23,78 @@ PLAYED_STAGES = (*EPISODE_STAGES, "serve")  # ... and stage=serve, where an agen
 def only(*stages: str) -> dict[str, tuple[str, ...]]:
     """Metadata of a group that counts toward the identity of these stages only."""
     return {"stages": stages}
+
+
+# Enumerations: OmegaConf refuses any other value at compose time, naming the key and the choices. Members are
+# named as they are spelled in YAML and on the command line (OmegaConf looks a value up by member name), and
+# they are strings, so `cfg.model.kind == "vllm"` holds and JSON writes the spelling.
+
+class ModelKind(StrEnum):
+    vllm = "vllm"  # tbx starts vLLM (or uses model.endpoint) and sends token ids from its own prompt renderer
+    openai = "openai"  # chat-completions with tools (hosted providers)
+
+
+class ToolFormat(StrEnum):
+    json = "json"  # hermes schema lines
+    compact = "compact"  # one signature line per tool
+
+
+class BackendKind(StrEnum):
+    sqlite = "sqlite"  # embedded, a file per episode
+    postgres = "postgres"  # a database per episode
+
+
+class LoggerKind(StrEnum):
+    wandb = "wandb"
+    none = "none"
+
+
+class LoggerMode(StrEnum):
+    offline = "offline"  # sync later with `wandb sync`
+    online = "online"
+    disabled = "disabled"
+
+
+class Trainer(StrEnum):
+    native = "native"  # transformers in-process
+    verl = "verl"  # Ray + vLLM on clusters
+
+
+class Finetune(StrEnum):
+    full = "full"
+    lora = "lora"
+
+
+class StoppingRule(StrEnum):
+    predictive = "predictive"  # posterior predictive flip probability
+    band_mass = "band_mass"  # naive: the mass of the leading band
+
+
+class Executor(StrEnum):
+    debug = "debug"  # in this process
+    local = "local"  # a subprocess per job
+    slurm = "slurm"
+
+
+class RayAuthMode(StrEnum):
+    token = "token"  # a fresh random token per job
+    disabled = "disabled"
+
+
+class Transport(StrEnum):
+    http = "http"  # streamable HTTP, a session per episode
+    stdio = "stdio"  # one session over stdin/stdout
+
+
+def plain(value: Any) -> Any:
+    """A config (or any part of it) as plain YAML/JSON data: dataclasses as dicts, enumerations as their values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value.value if isinstance(value, StrEnum) else value
 
 
 @dataclass
@@ -91,7 +163,7 @@ class ModelConfig:
     name: str = "smollm2_135m"
     # vllm: tbx starts vLLM for the model (or uses the one at endpoint.base_url) and sends it token ids
     # rendered by tbx's own prompt renderer | openai: chat-completions with tools (hosted providers)
-    kind: str = "vllm"
+    kind: ModelKind = ModelKind.vllm
     # a local HF model directory (its weight files' fingerprint counts, not the path); null with
     # `package` = the packaged GGUF
     path: str | None = field(default=None, metadata=CONTENT)
@@ -103,7 +175,7 @@ class ModelConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     few_shot: bool = True  # render example tool-call turns into the prompt (small models need them)
-    tool_format: str = "json"  # rendered prompts: json (hermes schema lines) | compact (one signature line per tool)
+    tool_format: ToolFormat = ToolFormat.json  # rendered prompts: json (hermes schema lines) | compact (one line per tool)
     dtype: str = "float32"  # served and trained in this dtype (float32 keeps vLLM and the trainer in step)
     context_length: int = 2048
     tensor_parallel_size: int = field(default=1, metadata=NOT_IDENTITY)  # vLLM: GPUs per replica
@@ -142,7 +214,7 @@ class JudgeConfig:
 
 @dataclass
 class BackendConfig:
-    kind: str = "sqlite"  # sqlite (embedded, a file per episode) | postgres (a database per episode)
+    kind: BackendKind = BackendKind.sqlite  # sqlite (embedded, a file per episode) | postgres (a database per episode)
     # postgres: an admin URL, postgresql+psycopg://USER@HOST:PORT/DB
     url: str | None = field(default=None, metadata=NOT_IDENTITY)
     # sqlite: templates and episode files
@@ -198,14 +270,14 @@ class DifficultyConfig:
 class PoolConfig:
     name: str = "full_param"
     keep_ranges: list[list[float]] = field(default_factory=lambda: [[0.08, 0.90]])  # [low, high) success rates kept
-    finetune: str = "full"  # full | lora: how the trainer updates the model on this pool
+    finetune: Finetune = Finetune.full  # full | lora: how the trainer updates the model on this pool
 
 
 @dataclass
 class ProbeConfig:
     attempts: int = 20  # n: attempts per task (the most, when adaptive)
     adaptive: bool = True  # stop a task early once more attempts are unlikely to change its pool decision
-    rule: str = "predictive"  # predictive (posterior predictive flip probability) | band_mass (naive)
+    rule: StoppingRule = StoppingRule.predictive  # predictive (posterior predictive flip probability) | band_mass (naive)
     threshold: float = 0.02  # stop when the flip probability is at most this (band_mass: mass at least)
     min_attempts: int = 4
     round_size: int = 2
@@ -238,7 +310,7 @@ class GrpoConfig:
     micro_batch_size: int = 4  # native: sequences per forward/backward (gradient accumulation)
     gradient_checkpointing: bool = False  # native: trade compute for memory
     max_grad_norm: float = 1.0
-    trainer: str = "native"  # native (transformers in-process) | verl (Ray + vLLM on clusters)
+    trainer: Trainer = Trainer.native  # native (transformers in-process) | verl (Ray + vLLM on clusters)
     verl_entry: str = "verl.trainer.main_ppo"  # verl: the module `python -m` runs with the overrides
 
 
@@ -276,8 +348,8 @@ class ReportConfig:
 
 @dataclass
 class LoggerConfig:
-    kind: str = "wandb"  # wandb | none
-    mode: str = "offline"  # offline (sync later with `wandb sync`) | online | disabled
+    kind: LoggerKind = LoggerKind.wandb  # wandb | none
+    mode: LoggerMode = LoggerMode.offline  # offline (sync later with `wandb sync`) | online | disabled
     project: str = "tbx"
     entity: str | None = None
 
@@ -303,7 +375,7 @@ class ServeConfig:
     # served under one name would share a run and resume each other's results, so it has no default.
     agent_name: str | None = None
     # http (streamable HTTP at http://host:port/mcp, a session per episode) | stdio (one)
-    transport: str = field(default="http", metadata=NOT_IDENTITY)
+    transport: Transport = field(default=Transport.http, metadata=NOT_IDENTITY)
     host: str = field(default="127.0.0.1", metadata=NOT_IDENTITY)  # bind address; any other than loopback needs token_env
     port: int = field(default=8765, metadata=NOT_IDENTITY)  # 0: any free port (the URL is printed)
     # environment variable holding the bearer token clients must send (never the token)
@@ -318,7 +390,7 @@ class HardwareConfig:
     """Where a stage's jobs run and what one job gets (conf/hardware/; see tbx/launch/plan.py)."""
 
     name: str = "local_cpu"
-    executor: str = "debug"  # debug (in this process) | local (a subprocess per job) | slurm
+    executor: Executor = Executor.debug  # debug (in this process) | local (a subprocess per job) | slurm
     partition: str | None = None  # Slurm partition (null: the cluster's default)
     account: str | None = None  # Slurm account to charge
     qos: str | None = None  # Slurm quality of service
@@ -331,7 +403,8 @@ class HardwareConfig:
     mem_gb: int | None = None  # memory per node (null: the partition's default)
     constraint: str | None = None  # Slurm --constraint (node features)
     setup: list[str] = field(default_factory=list)  # shell lines before a Slurm job (module load, conda activate)
-    ray_auth_mode: str = "token"  # token (a fresh random token per job) | disabled; set on every Ray process
+    # token (a fresh random token per job) | disabled; set on every Ray process
+    ray_auth_mode: RayAuthMode = RayAuthMode.token
 
 
 @dataclass
@@ -384,6 +457,11 @@ class Config:
     # free-form notes kept with the run
     extra: dict[str, Any] = field(default_factory=dict, metadata=NOT_IDENTITY)
 
+    def __post_init__(self) -> None:
+        from tbx.config_values import check_values
+
+        check_values(self)
+
 
 GROUPS = {
     "stage": StageConfig,
@@ -402,6 +480,9 @@ GROUPS = {
 
 
 def register_configs() -> None:
+    # imported here: the schema itself is plain dataclasses, cheap to import for the code below launch.py
+    from hydra.core.config_store import ConfigStore
+
     store = ConfigStore.instance()
     store.store(name="tbx_schema", node=Config)
     for group, schema in GROUPS.items():

@@ -12,10 +12,12 @@ In the order launch.py meets them:
   nothing), and a secret written into the config (`+extra.api_key=sk-...`), which would be saved
   with the run and sent to W&B: keys are only ever named by their environment variable.
 - `config_object`: `OmegaConf.to_object`, its errors (an unresolvable `${oc.env:...}`) as ConfigError.
-- `check_config`: values a type cannot express, checked only where the stage uses them: enums
-  (model.kind, backend.kind, logger.kind, ...), counts, band edges and pool ranges, the endpoints
-  the run will call (URL, model, the key's environment variable: its name, never its value), a W&B
-  login for online logging, and the task path.
+  Building the typed config runs `Config.__post_init__`, which checks the values a type cannot express
+  (ranges, settings that must agree: tbx/config_values.py); enumerations are Enum fields and fail at
+  composition, their choices named.
+- `check_config`: what needs the environment, checked only where the stage uses it: the endpoints the
+  run will call (URL, model, the key's environment variable: its name, never its value), a W&B login
+  for online logging, the served agent's token variable, the task path and domains, an installed vLLM.
 
 Pure apart from `composition_error` (it composes) and the environment reads of `check_config`
 (does the task path exist, is the key's variable set, is there a W&B login).
@@ -27,39 +29,32 @@ import dataclasses
 import difflib
 import os
 import re
+import typing
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import tbx.config as tbx_config
 from tbx.config import Config, EndpointConfig
+from tbx.config_values import (
+    CONFIG,
+    EPISODE_STAGES,
+    MODEL_POLICY,
+    TASK_STAGES,
+    USER_STAGES,
+    check_turn_timeout,
+    fail,
+)
 from tbx.errors import ConfigError
 
-CONFIG = "conf/config.yaml"
-EPISODE_STAGES = ("eval", "probe", "train", "pipeline")  # stages that play episodes: policy and user run
-USER_STAGES = (*EPISODE_STAGES, "serve")  # stages where the simulated user runs (serve: the agent is outside)
-TASK_STAGES = ("eval", "serve", "probe", "validate", "pipeline")  # stages that load a task set
-POOL_STAGES = ("probe", "select", "pipeline")  # stages that decide pool membership from band edges
-TRAIN_STAGES = ("train", "pipeline")
-MODEL_POLICY = "tbx.policies.model.from_config"
 LLM_USER = "tbx.users.llm.LLMUser"
 LLM_JUDGE = "tbx.grading.judge_llm.LLMJudge"
 _SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.sinks redacts for W&B
 _IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)", re.S)
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _OBJECT_TYPE = re.compile(r"object_type=(\w+)")
-ENUMS = {  # field -> allowed values; where a field's option file is, see `_source`
-    "model.kind": ("vllm", "openai"),
-    "model.tool_format": ("json", "compact"),
-    "backend.kind": ("sqlite", "postgres"),
-    "logger.kind": ("wandb", "none"),
-    "logger.mode": ("offline", "online", "disabled"),
-    "grpo.trainer": ("native", "verl"),
-    "pool.finetune": ("full", "lora"),
-    "probe.rule": ("predictive", "band_mass"),
-    "serve.transport": ("http", "stdio"),
-}
-_AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it names the run folder
+_GIVEN = re.compile(r"Invalid value '([^']*)'")  # OmegaConf's words for a value outside an enumeration
 
 
 # --- composition ----------------------------------------------------------------------------------------------
@@ -90,11 +85,13 @@ def check_composed(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError 
 
 
 def _override_for(key: str, overrides: Sequence[str]) -> str | None:
+    """The override that sets `key`: the most specific one (`pool.finetune=x` over `pool=lora`)."""
+    found, length = None, -1
     for override in overrides:
         name = override.partition("=")[0].lstrip("+~")
-        if name == key or key.startswith(name + ".") or key.startswith(name + "["):
-            return override
-    return None
+        if (name == key or key.startswith(name + ".") or key.startswith(name + "[")) and len(name) > length:
+            found, length = override, len(name)
+    return found
 
 
 def _source(key: str, overrides: Sequence[str]) -> str:
@@ -104,6 +101,26 @@ def _source(key: str, overrides: Sequence[str]) -> str:
 
 def _schema_fields(schema: Any) -> dict[str, Any]:
     return {f.name: f.type for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+
+
+def _choices(schema: Any, name: str) -> list[str] | None:
+    """The values an Enum field of `schema` takes, or None when `name` is not one."""
+    if not dataclasses.is_dataclass(schema):
+        return None
+    declared = typing.get_type_hints(schema).get(name)
+    return [member.value for member in declared] if isinstance(declared, type) and issubclass(declared, Enum) else None
+
+
+def _wrong_value(key: str, schema: Any, detail: str, value: Any, source: str) -> ConfigError:
+    """A value of the wrong type or outside an enumeration, with the values or the type it takes."""
+    choices = _choices(schema, key.rpartition(".")[2])
+    if choices is not None:
+        given = f"is {value!r}" if isinstance(value, str) else detail
+        return ConfigError(source, key, given, f"use one of {', '.join(choices)}")
+    declared = _schema_fields(schema).get(key.rpartition(".")[2])
+    where = f"tbx/config.py {schema.__name__}" if dataclasses.is_dataclass(schema) else "tbx/config.py"
+    wanted = f"a value of type {declared}" if declared else "a value of the declared type"
+    return ConfigError(source, key, detail, f"give {key} {wanted} (declared in {where})")
 
 
 def translate(exc: Exception, overrides: Sequence[str]) -> ConfigError:
@@ -140,18 +157,17 @@ def translate(exc: Exception, overrides: Sequence[str]) -> ConfigError:
         if kind in ("ConfigKeyError", "ConfigAttributeError") and key:
             error = _unknown_key_error(field, schema_type, ())
             return ConfigError(source, field, error.problem, error.fix)
-        declared = _schema_fields(schema_type).get(field.rpartition(".")[2])
-        return ConfigError(source, field, detail.strip().splitlines()[0].rstrip("."),
-                           f"give {field} a value of type {declared}" if declared else "fix the value in the file")
+        problem = detail.strip().splitlines()[0].rstrip(".")
+        given = _GIVEN.search(problem)
+        if field.rpartition(".")[2] in _schema_fields(schema_type):
+            return _wrong_value(field, schema_type, problem, given.group(1) if given else None, source)
+        return ConfigError(source, field, problem, "fix the value in the file")
     if isinstance(cause, ConfigAttributeError | ConfigKeyError) and getattr(cause, "full_key", None):
         return _unknown_key_error(cause.full_key, getattr(cause, "object_type", None), overrides)
     if isinstance(cause, ValidationError) and getattr(cause, "full_key", None):
         key, schema = cause.full_key, getattr(cause, "object_type", None)
-        declared = _schema_fields(schema).get(key.rpartition(".")[2])
-        where = f"tbx/config.py {schema.__name__}" if dataclasses.is_dataclass(schema) else "tbx/config.py"
-        wanted = f"a value of type {declared}" if declared else "a value of the declared type"
-        return ConfigError(_source(key, overrides), key, str(cause).strip().splitlines()[0].rstrip("."),
-                           f"give {key} {wanted} (declared in {where})")
+        return _wrong_value(key, schema, str(cause).strip().splitlines()[0].rstrip("."),
+                            getattr(cause, "value", None), _source(key, overrides))
     return ConfigError(CONFIG, "(composition)", first, "check the overrides and the option files they name")
 
 
@@ -237,66 +253,26 @@ def secret_value(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | 
     return walk(dict_cfg, "")
 
 
-# --- values ---------------------------------------------------------------------------------------------------
-
-def _option_file(cfg: Config, key: str) -> str:
-    group = key.partition(".")[0]
-    names = {"model": cfg.model.name, "pool": cfg.pool.name, "tasks": cfg.tasks.name, "user": cfg.user.name,
-             "judge": cfg.judge.name, "hardware": cfg.hardware.name}
-    if group in names:
-        return f"conf/{group}/{names[group]}.yaml"
-    if group in ("backend", "logger", "grpo", "difficulty", "stage", "policy"):
-        return f"conf/{group}"
-    if group == "serve":
-        return "conf/stage/serve.yaml"
-    return CONFIG
-
-
-def _value(cfg: Config, key: str) -> Any:
-    value: Any = cfg
-    for part in key.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def _fail(cfg: Config, key: str, problem: str, fix: str) -> ConfigError:
-    return ConfigError(_option_file(cfg, key), key, problem, fix)
-
+# --- the environment ------------------------------------------------------------------------------------------
 
 def check_config(cfg: Config) -> None:
-    """Raise the first mistake among the settings this stage uses, as a ConfigError."""
+    """Raise the first mistake among the settings this stage uses that needs the environment, as a
+    ConfigError (the values themselves were checked when the typed config was built)."""
     stage = cfg.stage.name
-    for key, allowed in ENUMS.items():
-        value = _value(cfg, key)
-        if value not in allowed:
-            raise _fail(cfg, key, f"is {value!r}", f"use one of {', '.join(allowed)}")
     if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
-        raise _fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
-                    "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
-    if cfg.backend.kind == "postgres" and not cfg.backend.url:
-        raise _fail(cfg, "backend.url", "is empty", "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
-    _check_counts(cfg, stage)
-    if stage == "serve":
-        _check_serve(cfg)
-    if stage in POOL_STAGES:
-        _check_bands(cfg)
+        raise fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
+                   "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
+    token = cfg.serve.token_env
+    if stage == "serve" and token and not os.environ.get(token):
+        raise fail(cfg, "serve.token_env", f"names the environment variable {token}, which is not set",
+                   f"export {token}=<token> before launching, or serve.token_env=null on 127.0.0.1")
     if stage in TASK_STAGES:
         _check_tasks(cfg)
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
         if key == "model.endpoint":
-            _check_turn_timeout(cfg, endpoint)
+            check_turn_timeout(cfg, endpoint)
     _check_engine(cfg, stage)
-
-
-def _check_turn_timeout(cfg: Config, endpoint: EndpointConfig) -> None:
-    """A turn limit inside the endpoint's own retry budget would count a dead endpoint as the agent's
-    failure (a turn past its limit is the agent's; an endpoint that does not answer is infra_error)."""
-    limit, budget = cfg.eval.turn_timeout_s, endpoint.timeout_s * (endpoint.max_retries + 1)
-    if limit is not None and limit <= budget:
-        raise _fail(cfg, "eval.turn_timeout_s", f"is {limit:g} s, within the model endpoint's retry budget of "
-                    f"{budget:g} s (timeout_s x (max_retries + 1))", f"give eval.turn_timeout_s > {budget:g}, or "
-                    "lower model.endpoint.timeout_s or max_retries")
 
 
 def _check_engine(cfg: Config, stage: str) -> None:
@@ -304,7 +280,7 @@ def _check_engine(cfg: Config, stage: str) -> None:
     endpoint tbx starts vLLM, so an interpreter with vLLM must exist."""
     if stage not in EPISODE_STAGES or cfg.policy._target_ != MODEL_POLICY or cfg.model.kind != "vllm":
         return
-    _check_turn_timeout(cfg, cfg.model.endpoint)
+    check_turn_timeout(cfg, cfg.model.endpoint)
     if cfg.model.endpoint.base_url:
         return
     from tbx.vllm_spec import vllm_python
@@ -312,7 +288,7 @@ def _check_engine(cfg: Config, stage: str) -> None:
     try:
         vllm_python(cfg.model.server)
     except ConfigError as exc:
-        raise _fail(cfg, "model.server.python", exc.problem, exc.fix) from None
+        raise fail(cfg, "model.server.python", exc.problem, exc.fix) from None
 
 
 def _wandb_login() -> bool:
@@ -326,94 +302,16 @@ def _wandb_login() -> bool:
         return False
 
 
-def _at_least(cfg: Config, key: str, low: int) -> None:
-    value = _value(cfg, key)
-    if value is None or value < low:
-        raise _fail(cfg, key, f"is {value}", f"give {key} >= {low}")
-
-
-def _check_counts(cfg: Config, stage: str) -> None:
-    if stage == "eval":
-        for key in ("eval.attempts", "eval.concurrency"):
-            _at_least(cfg, key, 1)
-    if stage == "serve":
-        _at_least(cfg, "eval.attempts", 1)
-    if stage in ("eval", "serve", "probe", "pipeline"):
-        _at_least(cfg, "eval.max_error_retries", 0)
-        if cfg.eval.max_turns is not None:
-            _at_least(cfg, "eval.max_turns", 1)
-        if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
-            raise _fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
-    if stage in ("probe", "pipeline"):
-        for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
-            _at_least(cfg, key, 1)
-        if not 0.0 <= cfg.probe.threshold <= 1.0:
-            raise _fail(cfg, "probe.threshold", f"is {cfg.probe.threshold}", "give a value in [0, 1]")
-    if stage in TRAIN_STAGES:
-        if cfg.grpo.group_size < 2:
-            raise _fail(cfg, "grpo.group_size", f"is {cfg.grpo.group_size}: a group of one has no relative advantage",
-                        "give grpo.group_size >= 2 (the reference uses 8)")
-        for key in ("grpo.groups_per_step", "grpo.steps", "grpo.save_every", "grpo.micro_batch_size"):
-            _at_least(cfg, key, 1)
-        if cfg.grpo.lr <= 0:
-            raise _fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
-    if stage == "pipeline":
-        _at_least(cfg, "pipeline.eval_attempts", 1)
-
-
-def _check_serve(cfg: Config) -> None:
-    """The served agent's name, the address and its token variable (the name, never the value)."""
-    serve = cfg.serve
-    if not serve.agent_name:
-        raise _fail(cfg, "serve.agent_name", "is not set; it names the served agent's run (two agents under one "
-                    "name would resume each other's results)", "give serve.agent_name=NAME, e.g. my_agent_v2")
-    if not _AGENT_NAME.fullmatch(serve.agent_name):
-        raise _fail(cfg, "serve.agent_name", f"is {serve.agent_name!r}; it names the run folder",
-                    "use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)")
-    if not 0 <= serve.port <= 65535:
-        raise _fail(cfg, "serve.port", f"is {serve.port}", "give a port in 0..65535 (0: any free port)")
-    if not serve.idle_timeout_s > 0:
-        raise _fail(cfg, "serve.idle_timeout_s", f"is {serve.idle_timeout_s}", "give a positive number of seconds")
-    from tbx.serve import LOOPBACK
-
-    if serve.transport == "http" and serve.host not in LOOPBACK and not serve.token_env:
-        raise _fail(cfg, "serve.token_env", f"is not set, but serve.host={serve.host} is reachable from other "
-                    "machines", "export a token in a variable and name it: serve.token_env=TBX_SERVE_TOKEN "
-                    "(clients send 'Authorization: Bearer <token>'), or bind serve.host=127.0.0.1")
-    if serve.token_env and not os.environ.get(serve.token_env):
-        raise _fail(cfg, "serve.token_env", f"names the environment variable {serve.token_env}, which is not set",
-                    f"export {serve.token_env}=<token> before launching, or serve.token_env=null on 127.0.0.1")
-
-
-def _check_bands(cfg: Config) -> None:
-    """Band edges sorted from 0 to 1, one name per band, and every pool range end on an edge."""
-    from tbx.difficulty import validate_band_names, validate_edges
-    from tbx.pool import PoolStrategy, kept_bands
-
-    try:
-        edges = validate_edges(cfg.difficulty.edges)
-    except ConfigError as exc:
-        raise _fail(cfg, "difficulty.edges", exc.problem, exc.fix) from None
-    try:
-        validate_band_names(cfg.difficulty.names, edges)
-    except ConfigError as exc:
-        raise _fail(cfg, "difficulty.names", exc.problem, exc.fix) from None
-    try:
-        kept_bands(PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges)), edges)
-    except ConfigError as exc:
-        raise _fail(cfg, "pool.keep_ranges", exc.problem, exc.fix) from None
-
-
 def _check_tasks(cfg: Config) -> None:
     from tbx.domains import domain_names
 
     tasks = cfg.tasks
     for name in tasks.domains:
         if name not in domain_names():
-            raise _fail(cfg, "tasks.domains", f"names the unknown domain {name!r}",
+            raise fail(cfg, "tasks.domains", f"names the unknown domain {name!r}",
                         f"use domains of {', '.join(domain_names())}")
     if not tasks.domains and not tasks.path:
-        raise _fail(cfg, "tasks.path", "is not set and no bundled domain is named",
+        raise fail(cfg, "tasks.path", "is not set and no bundled domain is named",
                     "give tasks.path=FILE_OR_DIR, or pick a bundled set (tasks=travel, tasks=sample)")
     if tasks.path and not Path(tasks.path).expanduser().exists():  # the file named is the one missing
         raise ConfigError(tasks.path, "tasks.path", "does not exist",
@@ -433,10 +331,10 @@ def _endpoints_used(cfg: Config, stage: str) -> list[tuple[str, EndpointConfig]]
 
 def _check_endpoint(cfg: Config, key: str, endpoint: EndpointConfig) -> None:
     if not endpoint.base_url:
-        raise _fail(cfg, f"{key}.base_url", "is not set", f"give {key}.base_url=http://HOST:PORT/v1")
+        raise fail(cfg, f"{key}.base_url", "is not set", f"give {key}.base_url=http://HOST:PORT/v1")
     if not endpoint.model:
-        raise _fail(cfg, f"{key}.model", "is not set", f"give {key}.model=NAME (the name the server serves)")
+        raise fail(cfg, f"{key}.model", "is not set", f"give {key}.model=NAME (the name the server serves)")
     variable = endpoint.api_key_env
     if variable and not os.environ.get(variable):
-        raise _fail(cfg, f"{key}.api_key_env", f"names the environment variable {variable}, which is not set",
+        raise fail(cfg, f"{key}.api_key_env", f"names the environment variable {variable}, which is not set",
                     f"export {variable}=<key> before launching, or {key}.api_key_env=null for a server without a key")

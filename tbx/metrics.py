@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from tbx.episodes.record import ERROR_OUTCOMES, Outcome
 from tbx.errors import TbxError
+from tbx.records import ERROR_OUTCOMES, Outcome
 
 VERDICTS = (Outcome.SUCCESS, Outcome.FAILURE, Outcome.ABANDONED)  # outcomes with a reward (1, 0, 0)
 

@@ -11,8 +11,6 @@ Selection is a pure function over per-task `Difficulty` records.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -111,9 +109,3 @@ def select_pool(difficulties: Mapping[str, Difficulty], strategy: PoolStrategy,
                          dropped=tuple(sorted(dropped)), band_counts=tuple(counts),
                          kept_bands=keep)
 
-
-def manifest_hash(manifest: Mapping[str, object]) -> str:
-    """The content hash a pool manifest carries (over every key but `hash`): a frozen pool is checked
-    against it wherever it is read, so a hand-edited manifest is refused."""
-    body = {k: v for k, v in manifest.items() if k != "hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tbx.config import Config
+from tbx.config import Config, plain
 from tbx.durable import write_text
 from tbx.errors import ConfigError, InputError
 from tbx.tasks.model import hash_json
@@ -202,7 +202,7 @@ def git_commit() -> str:
 def save_run_meta(run_dir: Path, cfg: Config) -> None:
     """config.yaml and run.json, each replaced whole. Stages call it once their start-up checks passed,
     so a start that fails leaves an earlier run's files as they were."""
-    write_text(run_dir / "config.yaml", yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
+    write_text(run_dir / "config.yaml", yaml.safe_dump(plain(cfg), sort_keys=False))
     meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
     path = run_dir / "run.json"
     if path.is_file():  # a resumed run keeps what served it (record_engine)

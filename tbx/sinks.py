@@ -8,7 +8,6 @@ passes through our config, and `safe_config` drops any key that looks like a sec
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from abc import ABC, abstractmethod
@@ -17,16 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tbx.config import Config
-from tbx.errors import ConfigError
+from tbx.config import Config, LoggerConfig, plain
 
 SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)
 
 
 def safe_config(value: Any) -> Any:
     """The config as plain data with secret-looking values removed (names of env vars are kept)."""
-    if dataclasses.is_dataclass(value):
-        value = dataclasses.asdict(value)
+    value = plain(value)
     if isinstance(value, Mapping):
         return {k: ("<redacted>" if SECRET.search(str(k)) else safe_config(v)) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -63,15 +60,18 @@ class NullSink(Sink):
 
 
 class WandbSink(Sink):
-    def __init__(self, cfg: Config, run_dir: Path, name: str, group: str):
+    """A W&B run: `name` and `group` as W&B shows them, `job_type` the stage, `config` the run's settings as
+    plain data (secrets already dropped: `safe_config`)."""
+
+    def __init__(self, logger: LoggerConfig, run_dir: Path, name: str, group: str, job_type: str,
+                 config: Mapping[str, Any]):
         import wandb
 
         self._wandb = wandb
-        mode = cfg.logger.mode
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.run = wandb.init(project=cfg.logger.project, entity=cfg.logger.entity or None, mode=mode,
-                              dir=str(run_dir), name=name, group=group, config=safe_config(cfg),
-                              job_type=cfg.stage.name, reinit="finish_previous")
+        self.run = wandb.init(project=logger.project, entity=logger.entity or None, mode=str(logger.mode),
+                              dir=str(run_dir), name=name, group=group, config=dict(config), job_type=job_type,
+                              reinit="finish_previous")
 
     def log(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         self.run.log(dict(metrics), step=step)
@@ -86,12 +86,12 @@ class WandbSink(Sink):
         self.run.finish()
 
 
-def open_sink(cfg: Config, run_dir: Path, name: str, group: str) -> Sink:
-    if cfg.logger.kind == "wandb":
-        return WandbSink(cfg, run_dir, name, group)
-    if cfg.logger.kind == "none":
-        return NullSink()
-    raise ConfigError("conf/logger", "logger.kind", f"is {cfg.logger.kind!r}", "use one of wandb, none")
+def open_sink(logger: LoggerConfig, run_dir: Path, name: str, group: str, job_type: str,
+              config: Mapping[str, Any]) -> Sink:
+    """The sink `logger` names (its kind is an enumeration of the schema: wandb or none)."""
+    if logger.kind == "wandb":
+        return WandbSink(logger, run_dir, name, group, job_type, config)
+    return NullSink()
 
 
 @contextmanager
@@ -99,7 +99,7 @@ def stage_sink(cfg: Config, run_dir: Path) -> Iterator[Sink]:
     """The run's sink, named like its folder, grouped by its identity; finished in every case."""
     from tbx.runs import run_identity, run_name
 
-    sink = open_sink(cfg, run_dir, run_name(cfg), run_identity(cfg))
+    sink = open_sink(cfg.logger, run_dir, run_name(cfg), run_identity(cfg), cfg.stage.name, safe_config(cfg))
     try:
         yield sink
     finally:

@@ -22,13 +22,13 @@ from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_delta
 from tbx.catalog import TaskRuntime, source_hash
 from tbx.config import FaultsConfig
-from tbx.episodes.record import EpisodeResult, Outcome
 from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.faults import EpisodeFaults
 from tbx.grading import grade_state
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
+from tbx.records import EpisodeResult, Outcome
 from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 from tbx.users.base import UserSimulator
 from tbx.waits import bounded, off_loop

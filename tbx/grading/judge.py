@@ -59,7 +59,7 @@ class EvidenceJudge(Judge):
     name = "evidence"
 
     @classmethod
-    def from_config(cls, cfg: object) -> EvidenceJudge:
+    def from_config(cls, judge: object) -> EvidenceJudge:
         return cls()
 
     async def decide(self, rule: JudgeRule, transcript: Sequence[Message]) -> JudgeVerdict:

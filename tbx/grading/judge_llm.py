@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from tbx.config import Config, EndpointConfig
+from tbx.config import EndpointConfig, JudgeConfig
 from tbx.errors import VerifierError
 from tbx.grading.judge import Judge, JudgeVerdict
-from tbx.llm_client import ChatClient, ChatResult, EndpointError
+from tbx.llm.client import ChatClient, ChatResult, EndpointError
+from tbx.llm.parsing import parse_openai_message  # strips reasoning the same way as for agents
 from tbx.messages import Message
 from tbx.tasks.model import JudgeRule
 
@@ -71,12 +72,10 @@ class LLMJudge(Judge):
         self.json_mode = json_mode
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LLMJudge:
-        return cls(cfg.judge.endpoint)
+    def from_config(cls, judge: JudgeConfig) -> LLMJudge:
+        return cls(judge.endpoint)
 
     async def decide(self, rule: JudgeRule, transcript: Sequence[Message]) -> JudgeVerdict:
-        from tbx.policies.parsing import parse_openai_message  # strips reasoning the same way as for agents
-
         messages = build_judge_messages(rule, transcript)
         try:
             result = await self._ask(messages)

@@ -174,7 +174,7 @@ def submit(cfg: Config, plan: JobPlan, job: Callable[[], Any] | None = None) -> 
 
     executor = make_executor(cfg, plan, run_name(cfg))
     if job is None and plan.ray_nodes:
-        job = RayJob(StageJob(cfg), (), plan, cfg.hardware.ray_auth_mode)
+        job = RayJob(StageJob(cfg), (), plan, str(cfg.hardware.ray_auth_mode))
     if job is not None or not plan.sharded:
         return Submission(plan, executor, final=executor.submit(job or StageJob(cfg)))
     create_store(cfg)

@@ -10,12 +10,27 @@ references, not agents under test); model-backed agents see nothing but the conv
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from tbx.messages import AssistantTurn, Message, ToolSchema
 from tbx.tasks.model import Task
+
+if TYPE_CHECKING:
+    from tbx.config import ModelConfig, PolicyConfig
+
+
+@dataclass(frozen=True)
+class PolicySetup:
+    """What a policy's `from_config` is given (the stage layer makes it, tbx/stages/components.py): its own
+    group, the model a model policy plays, the run's seed, and the run's free-form `extra` notes (the knobs of
+    a custom policy, such as a test's)."""
+
+    policy: PolicyConfig
+    model: ModelConfig
+    seed: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

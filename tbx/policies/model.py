@@ -8,19 +8,15 @@ replies with the same parser.
 
 from __future__ import annotations
 
-from tbx.config import Config
-from tbx.errors import ConfigError
-from tbx.policies.base import Policy
+from tbx.policies.base import Policy, PolicySetup
 
 
-def from_config(cfg: Config) -> Policy:
-    if cfg.model.kind == "vllm":
+def from_config(setup: PolicySetup) -> Policy:
+    """The model policy `setup.model.kind` names (an enumeration of the schema: vllm or openai)."""
+    if setup.model.kind == "vllm":
         from tbx.policies.vllm import VLLMPolicy
 
-        return VLLMPolicy.from_config(cfg)
-    if cfg.model.kind == "openai":
-        from tbx.policies.openai_compat import OpenAIPolicy
+        return VLLMPolicy.from_config(setup)
+    from tbx.policies.openai_compat import OpenAIPolicy
 
-        return OpenAIPolicy.from_config(cfg)
-    raise ConfigError(f"conf/model/{cfg.model.name}.yaml", "model.kind", f"is {cfg.model.kind!r}",
-                      "use kind: vllm (tbx serves it with vLLM) or kind: openai (a chat-completions endpoint)")
+    return OpenAIPolicy.from_config(setup)

@@ -1,7 +1,7 @@
 """A policy served by an OpenAI-compatible endpoint (vLLM on a cluster, or a hosted provider).
 
 The agent sends the conversation and the MCP tool schemas, and reads the reply with the shared
-parser (`tbx.policies.parsing`), the same one the local model and the verl bridge use, so native
+parser (`tbx.llm.parsing`), the same one the local model and the verl bridge use, so native
 `tool_calls`, hermes `<tool_call>` text and reasoning are read identically in evaluation and
 training. An endpoint failure raises `InfraError`; the episode loop maps it to `infra_error`.
 
@@ -18,11 +18,13 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from tbx.config import Config, EndpointConfig
+from tbx.config import EndpointConfig
 from tbx.errors import AgentFault
-from tbx.llm_client import ChatClient, EndpointError, to_openai_messages
+from tbx.llm.client import ChatClient, EndpointError
+from tbx.llm.parsing import parse_openai_message
+from tbx.llm.wire import to_openai_messages
 from tbx.messages import AssistantTurn, Message, ToolSchema
-from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.policies.base import Agent, EpisodeContext, Policy, PolicySetup
 
 AGENT_STATUSES = frozenset({400, 413, 422})  # the request's content was refused, not the endpoint's state
 _CONTEXT = re.compile(r"context.(length|window)|maximum context|too many tokens|prompt is too long|input is too "
@@ -57,13 +59,13 @@ class OpenAIPolicy(Policy):
         self.client = client or ChatClient(endpoint, role="model")
 
     @classmethod
-    def from_config(cls, cfg: Config) -> OpenAIPolicy:
-        """Build from `cfg.model`: its endpoint, its name (for accounting) and its prices.
+    def from_config(cls, setup: PolicySetup) -> OpenAIPolicy:
+        """Build from the `model` group: its endpoint, its name (for accounting) and its prices.
 
         Prices: the model's own fields win; when both are 0 the endpoint's fields are used, so a
         provider preset can carry its prices.
         """
-        model, endpoint = cfg.model, cfg.model.endpoint
+        model, endpoint = setup.model, setup.model.endpoint
         priced = model.price_input_per_mtok or model.price_output_per_mtok
         return cls(
             endpoint,
@@ -92,8 +94,6 @@ class OpenAIAgent(Agent):
         self.chat_template_kwargs = chat_template_kwargs or {}
 
     async def act(self, messages: Sequence[Message], tools: Sequence[ToolSchema]) -> AssistantTurn:
-        from tbx.policies.parsing import parse_openai_message  # shared parser, imported at first use
-
         overrides: dict[str, Any] = {} if self.seed is None else {"seed": self.seed}
         if self.chat_template_kwargs:  # only when set: providers may reject a field they do not know
             overrides["chat_template_kwargs"] = self.chat_template_kwargs

@@ -1,7 +1,7 @@
 """Turn a conversation and its tool schemas into the text a local chat model continues.
 
 Every model gets the same structure, whatever its chat template supports, so one prompt
-format (and one parser, `tbx.policies.parsing`) serves evaluation and training:
+format (and one parser, `tbx.llm.parsing`) serves evaluation and training:
 
 1. **System message** = the episode's system text (the domain policy, `messages[0]` when it is a
    system message) + a short instruction on the hermes call format + the tool schemas as JSON
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tbx.errors import ConfigError
+from tbx.llm.parsing import render_assistant_text
 from tbx.messages import Message, ToolCall, ToolSchema
-from tbx.policies.parsing import render_assistant_text
 
 Placement = Literal["system", "turns"]
 ToolFormat = Literal["json", "compact"]

@@ -11,10 +11,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from tbx.config import Config
 from tbx.errors import ConfigError, InfraError
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema
-from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.policies.base import Agent, EpisodeContext, Policy, PolicySetup
 from tbx.tasks.model import Step
 
 DONE = "I have taken care of your request. Everything is done."
@@ -49,7 +48,7 @@ class OraclePolicy(Policy):
     name = "oracle"
 
     @classmethod
-    def from_config(cls, cfg: Config) -> OraclePolicy:
+    def from_config(cls, setup: PolicySetup) -> OraclePolicy:
         return cls()
 
     def agent(self, context: EpisodeContext) -> Agent:
@@ -60,7 +59,7 @@ class NullPolicy(Policy):
     name = "null"
 
     @classmethod
-    def from_config(cls, cfg: Config) -> NullPolicy:
+    def from_config(cls, setup: PolicySetup) -> NullPolicy:
         return cls()
 
     def agent(self, context: EpisodeContext) -> Agent:
@@ -121,10 +120,10 @@ class ReplayPolicy(Policy):
             self.turns.setdefault((record["task_id"], None), self.turns[(record["task_id"], attempt)])
 
     @classmethod
-    def from_config(cls, cfg: Config) -> ReplayPolicy:
-        if not cfg.policy.path:
+    def from_config(cls, setup: PolicySetup) -> ReplayPolicy:
+        if not setup.policy.path:
             raise ConfigError("conf/policy/replay.yaml", "policy.path", "is empty", "give policy.path=FILE")
-        return cls(cfg.policy.path)
+        return cls(setup.policy.path)
 
     def agent(self, context: EpisodeContext) -> Agent:
         turns = self.turns.get((context.task.id, context.attempt)) or self.turns.get((context.task.id, None))

@@ -26,12 +26,12 @@ from typing import Any
 
 import httpx
 
-from tbx.config import Config, ModelConfig
+from tbx.config import ModelConfig
 from tbx.errors import InfraError
-from tbx.llm_client import ChatClient, _RetryableError
+from tbx.llm.client import ChatClient, _RetryableError
+from tbx.llm.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
-from tbx.policies.base import Agent, EpisodeContext, Policy
-from tbx.policies.parsing import CALL_CLOSE, parse_assistant_text
+from tbx.policies.base import Agent, EpisodeContext, Policy, PolicySetup
 from tbx.policies.prompting import Demonstration, check_tool_format, demonstrations_for, fit_prompt
 from tbx.vllm_server import VLLMServer, shared_server
 from tbx.vllm_spec import spec_for
@@ -115,8 +115,8 @@ class VLLMPolicy(Policy):
         self.stop_ids = sorted({tokenizer.eos_token_id} | {vocab[t] for t in STOP_TOKENS if t in vocab})
 
     @classmethod
-    def from_config(cls, cfg: Config) -> VLLMPolicy:
-        return cls(serve(cfg.model, seed=cfg.seed))
+    def from_config(cls, setup: PolicySetup) -> VLLMPolicy:
+        return cls(serve(setup.model, seed=setup.seed))
 
     def agent(self, context: EpisodeContext) -> Agent:
         return VLLMAgent(self, seed=context.seed)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.episodes.record import EpisodeResult
+from tbx.records import EpisodeResult
 from tbx.serve.episode import ServedEpisode
 
 Key = tuple[str, int]  # (task id, attempt)

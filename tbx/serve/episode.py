@@ -22,10 +22,10 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.episodes.record import ERROR_OUTCOMES, EpisodeResult
 from tbx.errors import AgentLeft
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
+from tbx.records import ERROR_OUTCOMES, EpisodeResult
 
 CLOSE = "Close this session."  # ends every answer after which the session has nothing left to do
 USER_ENDED = f"[tbx] The user has ended the conversation: the episode is over. {CLOSE}"

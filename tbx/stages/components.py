@@ -1,4 +1,6 @@
-"""Build the pluggable parts named by `_target_` (policy, user, judge) and the backend."""
+"""Build the pluggable parts named by `_target_` (policy, user, judge) and the backend: the stage layer's one
+place that reads the whole config. A user simulator gets its `user` group, a judge its `judge` group, a policy a
+`PolicySetup` (its group, the model it plays, the seed, and the free-form `extra` custom policies read)."""
 
 from __future__ import annotations
 
@@ -10,28 +12,30 @@ from tbx.backend import Backend, make_backend
 from tbx.config import Config
 from tbx.errors import ConfigError
 from tbx.messages import Usage
+from tbx.policies.base import PolicySetup
 
 
-def _build(target: str, group: str, cfg: Config) -> Any:
+def _build(target: str, group: str, settings: Any) -> Any:
     try:
         factory = get_object(target)
     except Exception as exc:
         raise ConfigError(f"conf/{group}", f"{group}._target_", f"cannot import {target!r} ({exc})",
                           f"pick an option from conf/{group}/ or give an importable class") from exc
     build = getattr(factory, "from_config", factory)
-    return build(cfg)
+    return build(settings)
 
 
 def build_policy(cfg: Config):  # noqa: ANN201 - returns a Policy
-    return _build(cfg.policy._target_, "policy", cfg)
+    setup = PolicySetup(policy=cfg.policy, model=cfg.model, seed=cfg.seed, extra=cfg.extra)
+    return _build(cfg.policy._target_, "policy", setup)
 
 
 def build_user(cfg: Config):  # noqa: ANN201 - returns a UserSimulator
-    return _build(cfg.user._target_, "user", cfg)
+    return _build(cfg.user._target_, "user", cfg.user)
 
 
 def build_judge(cfg: Config):  # noqa: ANN201 - returns a Judge or None
-    return None if cfg.judge._target_ is None else _build(cfg.judge._target_, "judge", cfg)
+    return None if cfg.judge._target_ is None else _build(cfg.judge._target_, "judge", cfg.judge)
 
 
 def build_backend(cfg: Config) -> Backend:

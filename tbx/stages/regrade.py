@@ -15,10 +15,10 @@ from typing import Any
 from tbx.backend.state import apply_delta
 from tbx.config import Config
 from tbx.durable import write_text
-from tbx.episodes.record import Outcome
 from tbx.errors import ConfigError
 from tbx.grading import grade_state
 from tbx.grading.judge import JudgeVerdict
+from tbx.records import Outcome
 from tbx.store.results import ERROR_VALUES, read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange

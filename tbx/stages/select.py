@@ -11,19 +11,19 @@ changes during a run.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tbx.config import Config
+from tbx.config import Config, plain
 from tbx.difficulty import describe, validate_band_names, validate_edges
 from tbx.durable import write_text
 from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
-from tbx.pool import PoolStrategy, manifest_hash, select_pool
+from tbx.pool import PoolStrategy, select_pool
+from tbx.records import PoolManifest, PoolTask
 from tbx.runs import resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
@@ -46,7 +46,7 @@ def probe_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return tasks
 
 
-def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) -> dict[str, Any]:
+def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) -> PoolManifest:
     edges = validate_edges(cfg.difficulty.edges)
     names = validate_band_names(cfg.difficulty.names, edges)
     strategy = PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges))
@@ -58,33 +58,29 @@ def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) 
     rows = []
     for task_id, entry in sorted(tasks.items()):
         d = difficulties.get(task_id)
-        rows.append(entry | {"id": task_id, "kept": task_id in kept,
-                             "band": None if d is None else names[d.band],
-                             "mean": None if d is None else d.mean,
-                             "interval": None if d is None else list(d.interval),
-                             "masses": None if d is None else list(d.masses)})
+        rows.append(PoolTask(id=task_id, domain=entry["domain"], family=entry["family"], k=entry["k"], n=entry["n"],
+                             errors=entry["errors"], kept=task_id in kept,
+                             band=None if d is None else names[d.band], mean=None if d is None else d.mean,
+                             interval=None if d is None else tuple(d.interval),
+                             masses=None if d is None else tuple(d.masses)))
     probe_meta = json.loads((probe_dir / "run.json").read_text())
     probe_tasks = yaml.safe_load((probe_dir / "config.yaml").read_text())["tasks"]  # as run, paths included
-    manifest = {
-        "version": 1,
-        "probe_run": str(probe_dir.resolve()), "probe_run_id": probe_meta["identity"],
-        "probe_settings": probe_meta["settings"] | {"tasks": probe_tasks},
-        "pool": dataclasses.asdict(cfg.pool), "difficulty": dataclasses.asdict(cfg.difficulty),
-        "kept": list(selection.kept), "dropped": list(selection.dropped), "no_verdict": unjudged,
-        "band_counts": dict(zip(names, selection.band_counts, strict=True)),
-        "tasks": rows,
-    }
-    manifest["hash"] = manifest_hash(manifest)
-    return manifest
+    return PoolManifest(
+        probe_run=str(probe_dir.resolve()), probe_run_id=probe_meta["identity"],
+        probe_settings=probe_meta["settings"] | {"tasks": probe_tasks},
+        pool=plain(cfg.pool), difficulty=plain(cfg.difficulty),
+        kept=selection.kept, dropped=selection.dropped, no_verdict=tuple(unjudged),
+        band_counts=dict(zip(names, selection.band_counts, strict=True)), tasks=tuple(rows),
+    ).sealed()
 
 
-def format_pool(manifest: dict[str, Any]) -> str:
+def format_pool(manifest: PoolManifest) -> str:
     lines = [f"{'band':16s} {'tasks':>6s}  kept"]
-    kept_bands = {row["band"] for row in manifest["tasks"] if row["kept"]}
-    for band, count in manifest["band_counts"].items():
+    kept_bands = {row.band for row in manifest.tasks if row.kept}
+    for band, count in manifest.band_counts.items():
         lines.append(f"{band:16s} {count:6d}  {'yes' if band in kept_bands else 'no'}")
-    lines.append(f"pool {manifest['pool']['name']}: {len(manifest['kept'])} of {len(manifest['tasks'])} tasks kept "
-                 f"(hash {manifest['hash']})")
+    lines.append(f"pool {manifest.pool['name']}: {len(manifest.kept)} of {len(manifest.tasks)} tasks kept "
+                 f"(hash {manifest.hash})")
     return "\n".join(lines)
 
 
@@ -102,22 +98,19 @@ def run_select(cfg: Config) -> dict[str, Any]:
     manifest = build_manifest(cfg, probe_dir, records)
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
-    text = json.dumps(manifest, indent=2)
+    text = json.dumps(manifest.to_dict(), indent=2)
     write_text(run_dir / "pool.json", text)
     if cfg.select.manifest_path:
         write_text(cfg.select.manifest_path, text, "select.manifest_path")
-    difficulties = {row["id"]: describe(row["k"], row["n"], cfg.difficulty.edges)
-                    for row in manifest["tasks"] if row["n"] > 0}
-    plot_band_histogram(difficulties, cfg.difficulty.edges, cfg.difficulty.names, manifest["kept"],
+    difficulties = {row.id: describe(row.k, row.n, cfg.difficulty.edges) for row in manifest.tasks if row.n > 0}
+    plot_band_histogram(difficulties, cfg.difficulty.edges, cfg.difficulty.names, list(manifest.kept),
                         run_dir / "bands.png")
     with stage_sink(cfg, run_dir) as sink:
-        sink.log({"pool/kept": len(manifest["kept"]), "pool/tasks": len(manifest["tasks"])}
-                 | {f"pool/band/{band}": count for band, count in manifest["band_counts"].items()})
+        sink.log({"pool/kept": len(manifest.kept), "pool/tasks": len(manifest.tasks)}
+                 | {f"pool/band/{band}": count for band, count in manifest.band_counts.items()})
         sink.table("pool/tasks", ["task", "domain", "family", "k", "n", "band", "mean", "kept"],
-                   [[r["id"], r["domain"], r["family"], r["k"], r["n"], r["band"], r["mean"], r["kept"]]
-                    for r in manifest["tasks"]])
+                   [[r.id, r.domain, r.family, r.k, r.n, r.band, r.mean, r.kept] for r in manifest.tasks])
         sink.image("pool/bands", run_dir / "bands.png")
     print(format_pool(manifest) + f"\n-> {run_dir / 'pool.json'}")
-    return {"run_dir": str(run_dir), "manifest": str(run_dir / "pool.json"), "hash": manifest["hash"],
-            "plot": str(run_dir / "bands.png"),
-            "kept": len(manifest["kept"]), "n_tasks": len(manifest["tasks"])}
+    return {"run_dir": str(run_dir), "manifest": str(run_dir / "pool.json"), "hash": manifest.hash,
+            "plot": str(run_dir / "bands.png"), "kept": len(manifest.kept), "n_tasks": len(manifest.tasks)}

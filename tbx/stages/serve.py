@@ -21,10 +21,10 @@ from typing import Any
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.episodes import run_episode
-from tbx.episodes.record import EpisodeResult
 from tbx.errors import ConfigError
 from tbx.faults import validate_faults
 from tbx.preemption import run_loop
+from tbx.records import EpisodeResult
 from tbx.runs import record_engine
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode

@@ -20,6 +20,7 @@ import json
 import random
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from tbx.durable import publish_folder, write_text
 from tbx.errors import ConfigError
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.preemption import run_loop
+from tbx.records import PoolManifest, TrainState
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, grpo_update
@@ -44,21 +46,15 @@ from tbx.stages.eval import episode_seed, prepare_all
 from tbx.store import open_store
 
 
-def load_manifest(path: str | None) -> dict[str, Any]:
+def load_manifest(path: str | None) -> PoolManifest:
     manifest = read_manifest(path, "train.pool")
-    if not manifest["kept"]:
+    if not manifest.kept:
         raise ConfigError(path, "train.pool", "keeps no task", "probe more tasks or choose another pool strategy")
     return manifest
 
 
-def validate_train(cfg: Config, manifest: dict[str, Any]) -> None:
-    g = cfg.grpo
-    if g.trainer not in ("native", "verl"):
-        raise ConfigError("conf/grpo", "grpo.trainer", f"is {g.trainer!r}", "use native or verl")
-    if g.group_size < 2:
-        raise ConfigError("conf/grpo", "grpo.group_size", f"is {g.group_size}", "GRPO needs groups of at least 2")
-    if g.groups_per_step < 1 or g.steps < 1 or g.micro_batch_size < 1:
-        raise ConfigError("conf/grpo", "grpo.groups_per_step/steps/micro_batch_size", "must be >= 1", "fix them")
+def validate_train(cfg: Config) -> None:
+    """What the native trainer needs beyond the values the schema checks (tbx/config_values.py)."""
     if cfg.model.kind != "vllm":
         raise ConfigError("conf/model", "model.kind", f"is {cfg.model.kind}: the native trainer updates a model "
                           "whose weights it can send to its rollout server", "use a model with kind: vllm")
@@ -87,21 +83,37 @@ def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[Turn
     return samples
 
 
-async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
-    policy, sampler, store, sink = ctx["policy"], ctx["sampler"], ctx["store"], ctx["sink"]
-    user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), ctx["runtimes"], ctx["backend"]
+@dataclass
+class _Trainer:
+    """The parts a native training run works with, and where it stands (`state`, what checkpoints keep)."""
+
+    policy: TrainablePolicy
+    optimizer: Any  # torch.optim.Optimizer
+    sampler: GroupSampler
+    store: Any  # the run's results store
+    checkpoints: Path
+    state: TrainState
+    sink: Any = None  # the stage's logging sink
+    backend: Any = None
+    runtimes: dict[str, Any] = field(default_factory=dict)  # task id -> its prepared TaskRuntime
+    run_episode: Any = None  # tbx.episodes.run_episode, imported with the stage
+
+
+async def _train(cfg: Config, run: _Trainer) -> None:
+    policy, sampler, store, sink, state = run.policy, run.sampler, run.store, run.sink, run.state
+    user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), run.runtimes, run.backend
     settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
                             loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)
-    scored = ctx["scored"]
-    for step in range(ctx["start"], cfg.grpo.steps):
+    scored = state.scored
+    for step in range(state.step, cfg.grpo.steps):
         started = time.perf_counter()
         bar = tqdm(total=cfg.grpo.groups_per_step * cfg.grpo.group_size, desc=f"train step {step + 1}/"
                    f"{cfg.grpo.steps}", unit="ep", file=sys.stderr, mininterval=2.0, dynamic_ncols=True)
 
         async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):  # noqa: ANN202
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
-            result = await ctx["run_episode"](runtimes[task_id], backend, policy, user, judge, attempt, seed,
-                                              cfg.eval.max_turns)
+            result = await run.run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed,
+                                           cfg.eval.max_turns)
             store.append(_for_store(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
@@ -121,7 +133,7 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
         update = None
         if samples:
             update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
-                grpo_update, policy.model, ctx["optimizer"], samples, settings, pad_id=policy.pad_id,
+                grpo_update, policy.model, run.optimizer, samples, settings, pad_id=policy.pad_id,
                 micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
                 max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing))
             bar.set_postfix_str("sending the weights to vLLM")
@@ -139,13 +151,14 @@ async def _train(cfg: Config, ctx: dict[str, Any]) -> None:
                         "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
                         "train/logprob_gap": gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
         sink.log(metrics, step=step + 1)
-        ctx["history"].append(metrics)
+        state.history.append(metrics)
+        state.step = step + 1
         print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
                        for k, v in metrics.items() if not k.startswith("train/sampler/") or "zero_variance" in k),
               file=sys.stderr)
         if (step + 1) % cfg.grpo.save_every == 0 or step + 1 == cfg.grpo.steps:
-            save_checkpoint(ctx["checkpoints"], step + 1, policy.model, ctx["optimizer"],
-                            {"sampler": sampler.state_dict(), "scored": scored, "history": ctx["history"]})
+            save_checkpoint(run.checkpoints, step + 1, policy.model, run.optimizer,
+                            state.checkpoint_extra(sampler.state_dict()))
     for part in (user, judge):
         if part is not None:
             await part.aclose()
@@ -167,7 +180,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
     manifest = load_manifest(cfg.train.pool)
     if cfg.grpo.trainer == "verl":
         return _train_with_verl(cfg, manifest)
-    validate_train(cfg, manifest)
+    validate_train(cfg)
     tasks = pool_tasks(manifest)
     run_dir = resolve_run_dir(cfg)
     store = open_store(cfg.store.url, run_dir, run_identity(cfg, tasks), "train", cfg.store.timeout_s)
@@ -176,28 +189,29 @@ def run_train(cfg: Config) -> dict[str, Any]:
         # starts a model server
         store.lock_run(str(run_dir))
         save_run_meta(run_dir, cfg)
-        policy, ctx = _start(cfg, run_dir, tasks, store)
+        run = _start(cfg, run_dir, tasks, store)
+        policy = run.policy
         backend = build_backend(cfg)
         try:
-            runtimes = prepare_all(tasks, backend)
+            run.backend, run.runtimes, run.run_episode = backend, prepare_all(tasks, backend), run_episode
             with stage_sink(cfg, run_dir) as sink:
-                ctx |= {"sink": sink, "runtimes": runtimes, "backend": backend, "run_episode": run_episode}
-                run_loop(_run_and_close(cfg, ctx, policy))
+                run.sink = sink
+                run_loop(_run_and_close(cfg, run))
         finally:
             backend.close()
     finally:
         store.close()
-    history = ctx["history"]
+    history = run.state.history
     final = publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model")
     record_engine(run_dir, policy.engine())
-    summary = {"run_dir": str(run_dir), "pool_hash": manifest["hash"], "steps": cfg.grpo.steps, "history": history,
+    summary = {"run_dir": str(run_dir), "pool_hash": manifest.hash, "steps": cfg.grpo.steps, "history": history,
                "final_model": str(final), "weights": policy.weights_version}
     write_text(run_dir / "train.json", json.dumps(summary, indent=2))
     print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
     return summary
 
 
-def _start(cfg: Config, run_dir: Path, tasks: list, store) -> tuple[TrainablePolicy, dict[str, Any]]:  # noqa: ANN001
+def _start(cfg: Config, run_dir: Path, tasks: list, store) -> _Trainer:  # noqa: ANN001
     """The policy (served), optimizer and sampler, from the run's last checkpoint when there is one: the
     server then answers with that checkpoint's weights, as it did for the uninterrupted run."""
     import torch
@@ -214,22 +228,21 @@ def _start(cfg: Config, run_dir: Path, tasks: list, store) -> tuple[TrainablePol
                            np.random.default_rng(cfg.seed), cfg.grpo.max_replacements if cfg.grpo.replace_zero_variance
                            else 0, cfg.grpo.max_error_reruns)
     checkpoints = run_dir / "checkpoints"
-    start, scored, history = 0, [], []
+    state = TrainState()
     latest = latest_checkpoint(checkpoints)
     if latest is not None:
-        start, extra = load_checkpoint(latest, policy.model, optimizer)
-        sampler.load_state_dict(extra["sampler"])
-        scored, history = extra["scored"], extra["history"]
-        policy.sync_weights(start)
-        print(f"resuming {run_dir} from step {start}", file=sys.stderr)
+        state = TrainState.from_checkpoint(*load_checkpoint(latest, policy.model, optimizer))
+        sampler.load_state_dict(state.sampler)
+        policy.sync_weights(state.step)
+        print(f"resuming {run_dir} from step {state.step}", file=sys.stderr)
     record_engine(run_dir, policy.engine())
     # episodes a killed process stored after its last checkpoint were not trained on; they are replayed
-    store.discard_from(start * STEP_STRIDE)
-    return policy, {"policy": policy, "sampler": sampler, "store": store, "optimizer": optimizer, "start": start,
-                    "scored": scored, "history": history, "checkpoints": checkpoints}
+    store.discard_from(state.step * STEP_STRIDE)
+    return _Trainer(policy=policy, optimizer=optimizer, sampler=sampler, store=store, checkpoints=checkpoints,
+                    state=state)
 
 
-def _train_with_verl(cfg: Config, manifest: dict[str, Any]) -> dict[str, Any]:
+def _train_with_verl(cfg: Config, manifest: PoolManifest) -> dict[str, Any]:
     """The same pool and recipe, trained by verl (on the Ray cluster this job runs in)."""
     from tbx.verl_bridge.launch import run_verl_training
 
@@ -241,8 +254,8 @@ def _train_with_verl(cfg: Config, manifest: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-async def _run_and_close(cfg: Config, ctx: dict[str, Any], policy: TrainablePolicy) -> None:
+async def _run_and_close(cfg: Config, run: _Trainer) -> None:
     try:
-        await _train(cfg, ctx)
+        await _train(cfg, run)
     finally:
-        await policy.aclose()
+        await run.policy.aclose()

@@ -49,8 +49,8 @@ from sqlalchemy.exc import (
 )
 
 from tbx.durable import ensure_folder
-from tbx.episodes.record import ERROR_OUTCOMES, EpisodeResult
 from tbx.errors import ConfigError, InfraError
+from tbx.records import ERROR_OUTCOMES, EpisodeResult
 from tbx.store.claims import RUN_LOCK, Claim, Claims, claims_table, describe_owner
 
 ERROR_VALUES = {o.value for o in ERROR_OUTCOMES}

@@ -30,9 +30,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.config import Config, EndpointConfig
+from tbx.config import EndpointConfig, UserConfig
 from tbx.errors import InfraError, UserSimError
-from tbx.llm_client import ChatClient
+from tbx.llm.client import ChatClient
+from tbx.llm.parsing import parse_openai_message  # strips reasoning the same way as for agents
 from tbx.messages import Message
 from tbx.tasks.model import UserScenario
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
@@ -190,8 +191,6 @@ class LLMUserSession(UserSession):
         return self.scenario.opening_message
 
     async def reply(self, conversation: Sequence[Message]) -> UserTurn:
-        from tbx.policies.parsing import parse_openai_message  # strips reasoning the same way as for agents
-
         try:
             result = await self.client.chat(to_user_view(self.system_prompt, conversation), None, seed=self.seed)
         except InfraError as error:
@@ -218,8 +217,8 @@ class LLMUser(UserSimulator):
         self.client = client or ChatClient(endpoint, role="user")
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LLMUser:
-        return cls(cfg.user.endpoint)
+    def from_config(cls, user: UserConfig) -> LLMUser:
+        return cls(user.endpoint)
 
     def session(self, scenario: UserScenario, seed: int) -> UserSession:
         return LLMUserSession(self.client, scenario, seed)

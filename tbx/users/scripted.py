@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from tbx.config import Config
+from tbx.config import UserConfig
 from tbx.messages import Message
 from tbx.tasks.model import UserScenario
 from tbx.users import lexicon as lx
@@ -143,7 +143,7 @@ class ScriptedUser(UserSimulator):
         self.patience = patience
 
     @classmethod
-    def from_config(cls, cfg: Config) -> ScriptedUser:
+    def from_config(cls, user: UserConfig) -> ScriptedUser:
         return cls()
 
     def session(self, scenario: UserScenario, seed: int) -> UserSession:

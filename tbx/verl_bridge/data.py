@@ -17,33 +17,32 @@ their episode world from, and a copy of the manifest, at the paths of `BridgePat
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from tbx.config import Config
+from tbx.config import Config, plain
+from tbx.records import PoolManifest, PoolTask
 from tbx.verl_bridge.overrides import AGENT_LOOP_NAME, TrainPlan, agent_loop_entries, validate_manifest
 
 
-def pool_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+def pool_rows(manifest: PoolManifest) -> list[dict[str, Any]]:
     """One verl dataset row per kept task, in task-id order (pure)."""
     validate_manifest(manifest)
-    by_id = {row["id"]: row for row in manifest["tasks"]}
+    by_id = {row.id: row for row in manifest.tasks}
     rows = []
-    for index, task_id in enumerate(sorted(manifest["kept"])):
-        info = by_id.get(task_id, {})
-        domain = info.get("domain") or task_id.split("/", 1)[0]
+    for index, task_id in enumerate(sorted(manifest.kept)):
+        info = by_id.get(task_id, PoolTask(task_id))
+        domain = info.domain or task_id.split("/", 1)[0]
         rows.append({
             "data_source": f"tbx/{domain}",
             "prompt": [{"role": "user", "content": f"tbx task {task_id}"}],
             "agent_name": AGENT_LOOP_NAME,
             "reward_model": {"style": "rule", "ground_truth": task_id},
             "extra_info": {"index": index, "task_id": task_id, "domain": domain,
-                           "family": info.get("family") or "", "band": info.get("band") or "",
-                           "pool_hash": str(manifest.get("hash", ""))},
+                           "family": info.family, "band": info.band or "", "pool_hash": manifest.hash},
         })
     return rows
 
@@ -54,11 +53,11 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def write_bridge_files(cfg: Config, manifest: dict[str, Any], plan: TrainPlan, prompt_style: str = "tbx") -> None:
+def write_bridge_files(cfg: Config, manifest: PoolManifest, plan: TrainPlan, prompt_style: str = "tbx") -> None:
     """Rows, agent-loop YAML, resolved tbx config and manifest copy, where `plan.paths` says."""
     paths = plan.paths
     write_rows(pool_rows(manifest), Path(paths.train_file))
     Path(paths.agent_loop_config).write_text(
         yaml.safe_dump(agent_loop_entries(paths, plan.grpo, prompt_style), sort_keys=False))
-    Path(paths.tbx_config).write_text(yaml.safe_dump(dataclasses.asdict(cfg), sort_keys=False))
-    Path(paths.manifest).write_text(json.dumps(manifest, indent=2))
+    Path(paths.tbx_config).write_text(yaml.safe_dump(plain(cfg), sort_keys=False))
+    Path(paths.manifest).write_text(json.dumps(manifest.to_dict(), indent=2))

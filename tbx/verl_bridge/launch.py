@@ -29,21 +29,21 @@ from typing import Any
 
 from tbx.config import Config
 from tbx.errors import InfraError
+from tbx.records import PoolManifest
 from tbx.verl_bridge.data import write_bridge_files
 from tbx.verl_bridge.overrides import GrpoSettings, HardwareSettings, TrainPlan, plan_training, verl_overrides
 
 LOG_TAIL_LINES = 30
 
 
-def verl_command(cfg: Config, manifest: dict[str, Any], run_dir: Path, experiment: str) -> tuple[TrainPlan,
-                                                                                                   list[str]]:
+def verl_command(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str) -> tuple[TrainPlan, list[str]]:
     """The checked plan and the full command line of verl's trainer for this run (pure)."""
     plan = plan_training(manifest, str(run_dir), experiment, GrpoSettings.from_config(cfg.grpo),
                          HardwareSettings.from_config(cfg))
     return plan, [sys.executable, "-m", cfg.grpo.verl_entry, *verl_overrides(cfg, manifest, plan)]
 
 
-def run_verl_training(cfg: Config, manifest: dict[str, Any], run_dir: Path, experiment: str) -> dict[str, Any]:
+def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str) -> dict[str, Any]:
     """Write the bridge files, run verl's trainer to the end, and say where its checkpoints are."""
     plan, command = verl_command(cfg, manifest, run_dir, experiment)
     write_bridge_files(cfg, manifest, plan)

@@ -35,6 +35,7 @@ from typing import Any
 
 from tbx.config import Config
 from tbx.errors import ConfigError
+from tbx.records import PoolManifest
 
 VERL_VERSION = "0.9.1"  # the one verl release the bridge is written and tested against
 AGENT_LOOP_NAME = "tbx_episode"  # `agent_name` of our rows and `default_agent_loop`
@@ -175,19 +176,17 @@ def validate_hardware(hardware: HardwareSettings, grpo: GrpoSettings) -> None:
                           "the group size or the GPU count")
 
 
-def validate_manifest(manifest: dict[str, Any]) -> tuple[str, int, str]:
+def validate_manifest(manifest: PoolManifest) -> tuple[str, int, str]:
     """(finetune, pool size, hash) of a pool manifest written by stage=select."""
     source = "pool manifest"
-    for key in ("kept", "pool", "tasks"):
-        _require(key in manifest, source, key, "is missing", "give the pool.json written by stage=select")
-    finetune = manifest["pool"].get("finetune", "full")
+    finetune = manifest.finetune
     _require(finetune in FINETUNES, source, "pool.finetune", f"is '{finetune}'", f"use one of {list(FINETUNES)}")
-    _require(len(manifest["kept"]) > 0, source, "kept", "the pool is empty", "select with wider keep ranges or "
+    _require(len(manifest.kept) > 0, source, "kept", "the pool is empty", "select with wider keep ranges or "
              "probe more tasks")
-    return finetune, len(manifest["kept"]), str(manifest.get("hash", ""))
+    return finetune, len(manifest.kept), manifest.hash
 
 
-def plan_training(manifest: dict[str, Any], run_dir: str, experiment: str, grpo: GrpoSettings | None = None,
+def plan_training(manifest: PoolManifest, run_dir: str, experiment: str, grpo: GrpoSettings | None = None,
                   hardware: HardwareSettings | None = None) -> TrainPlan:
     """Validate the settings against each other and the pool; derive sizes and paths."""
     grpo, hardware = grpo or GrpoSettings(), hardware or HardwareSettings()
@@ -228,7 +227,7 @@ def _value(value: Any) -> str:
     return text
 
 
-def verl_overrides(cfg: Config, manifest: dict[str, Any], plan: TrainPlan | None = None) -> list[str]:
+def verl_overrides(cfg: Config, manifest: PoolManifest, plan: TrainPlan | None = None) -> list[str]:
     """The Hydra overrides for `verl.trainer.main_ppo`, grouped algorithm and data → actor and
     model → rollout → trainer. `plan` defaults to the reference recipe in the run folder of `cfg`."""
     if plan is None:

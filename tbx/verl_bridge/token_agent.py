@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tbx.errors import ConfigError, InfraError
+from tbx.llm.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent
-from tbx.policies.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.policies.prompting import (
     build_chat,
     check_tool_format,
@@ -72,7 +72,7 @@ class PromptRenderer:
             chat = _mark_turns(build_chat(messages, tools, demonstrations, tool_format=check_tool_format(
                 self.tool_format)), own_turns)
             return render_prompt(self.tokenizer, chat, self.template_kwargs)
-        from tbx.llm_client import to_openai_messages
+        from tbx.llm.wire import to_openai_messages
 
         chat = _mark_turns(to_openai_messages(messages), own_turns)
         return self.tokenizer.apply_chat_template(chat, tools=[t.to_openai() for t in tools] or None,

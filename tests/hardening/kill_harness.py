@@ -303,8 +303,8 @@ def clean_and_killed(context, case: Case, root: Path, seed: int) -> KillLog:  # 
 # --- training fixtures --------------------------------------------------------------------------
 def mock_actions() -> list[str]:
     """Whole assistant replies, one token each: the mock tasks' right calls, a wrong one, and a sign-off."""
+    from tbx.llm.parsing import render_tool_call
     from tbx.messages import ToolCall
-    from tbx.policies.parsing import render_tool_call
 
     calls = [ToolCall("set_nickname", {"account_id": 2, "nickname": "savings"}),
              ToolCall("set_nickname", {"account_id": 3, "nickname": "spare"}),
@@ -339,7 +339,7 @@ def build_tiny_model(folder: Path) -> Path:
 def write_mock_pool(path: Path) -> Path:
     """A frozen pool manifest keeping the three mock tasks (what stage=select would write for them)."""
     from tbx.config import TasksConfig
-    from tbx.stages.select import manifest_hash
+    from tbx.records import manifest_hash
 
     manifest = {"version": 1, "probe_settings": {"tasks": dataclasses.asdict(TasksConfig(name="mock",
                                                                                           domains=["mock"]))},

@@ -3,7 +3,9 @@ one error naming the file, the field and the fix; `launch.py` prints it as one l
 status 2, and has touched nothing (a run already in the folder is kept as it was).
 
 Config mistakes go through real Hydra composition (`tbx.config_checks.composition_error`, what
-launch.py runs first) and the value checks (`check_config`); a few go through `launch.py` itself.
+launch.py runs first: enumerations are refused there), the value checks the typed config runs when it is
+built (`Config.__post_init__`, tbx/config_values.py) and the environment checks (`check_config`); a few go
+through `launch.py` itself.
 Task-file mistakes add the cases `tests/tasks/test_loader.py` does not cover.
 """
 
@@ -48,6 +50,21 @@ CONF = ROOT / "conf"
     (["logger=wandb"], "conf/logger/wandb.yaml", "logger", "none, wandb_offline, wandb_online"),
     (["eval.attempts=3)"], "command line 'eval.attempts=3)'", "eval.attempts", "key=value"),
     (["policy=oracle,null_agent"], "command line 'policy=oracle,null_agent'", "policy", "add -m"),
+    # enumerations are Enum fields of the schema: refused at composition, the choices named
+    (["model.kind=remote"], "command line 'model.kind=remote'", "model.kind", "use one of vllm, openai"),
+    (["model.tool_format=yaml"], "command line 'model.tool_format=yaml'", "model.tool_format", "json, compact"),
+    (["backend.kind=mysql"], "command line 'backend.kind=mysql'", "backend.kind", "sqlite, postgres"),
+    (["logger.kind=tensorboard"], "command line 'logger.kind=tensorboard'", "logger.kind", "wandb, none"),
+    (["logger.mode=sideways"], "command line 'logger.mode=sideways'", "logger.mode", "offline, online, disabled"),
+    (["stage=train", "grpo.trainer=deepspeed"], "command line 'grpo.trainer=deepspeed'", "grpo.trainer",
+     "native, verl"),
+    (["pool=lora", "pool.finetune=qlora"], "command line 'pool.finetune=qlora'", "pool.finetune", "full, lora"),
+    (["stage=probe", "probe.rule=vibes"], "command line 'probe.rule=vibes'", "probe.rule", "predictive, band_mass"),
+    (["stage=serve", "serve.agent_name=a", "serve.transport=sse"], "command line 'serve.transport=sse'",
+     "serve.transport", "http, stdio"),
+    (["hardware.executor=pbs"], "command line 'hardware.executor=pbs'", "hardware.executor", "debug, local, slurm"),
+    (["hardware.ray_auth_mode=none"], "command line 'hardware.ray_auth_mode=none'", "hardware.ray_auth_mode",
+     "token, disabled"),
 ])
 def test_composition_mistake_names_file_field_and_fix(overrides, source, field, fix):
     error = composition_error(CONF, "config", overrides)
@@ -66,6 +83,7 @@ def test_free_form_extra_keys_are_not_mistakes():
     ("model/mine.yaml", "name: mine\nkind: vllm\nmax_new_tokenz: 5\n", "conf/model/mine.yaml",
      "model.max_new_tokenz", "did you mean model.max_new_tokens?"),
     ("tasks/mine.yaml", "name: mine\ndomains: [mock]\nlimit: some\n", "conf/tasks/mine.yaml", "tasks.limit", "int"),
+    ("model/mine.yaml", "name: mine\nkind: remote\n", "conf/model/mine.yaml", "model.kind", "use one of vllm, openai"),
 ])
 def test_a_mistake_inside_an_option_file_names_that_file(tmp_path, name, text, source, field, fix):
     conf = tmp_path / "conf"
@@ -84,15 +102,7 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
 
 
 @pytest.mark.parametrize(("overrides", "source", "field", "fix"), [
-    (["model.kind=remote"], "conf/model/smollm2_135m.yaml", "model.kind", "vllm, openai"),
-    (["model.tool_format=yaml"], "conf/model/smollm2_135m.yaml", "model.tool_format", "json, compact"),
-    (["backend.kind=mysql"], "conf/backend", "backend.kind", "sqlite, postgres"),
     (["backend=postgres"], "conf/backend", "backend.url", "postgresql+psycopg://"),
-    (["logger.kind=tensorboard"], "conf/logger", "logger.kind", "wandb, none"),
-    (["logger.mode=sideways"], "conf/logger", "logger.mode", "offline, online, disabled"),
-    (["stage=train", "grpo.trainer=deepspeed"], "conf/grpo", "grpo.trainer", "native, verl"),
-    (["pool=lora", "pool.finetune=qlora"], "conf/pool/lora.yaml", "pool.finetune", "full, lora"),
-    (["stage=probe", "probe.rule=vibes"], "conf/config.yaml", "probe.rule", "predictive, band_mass"),
     (["stage=select", "pool.keep_ranges=[[0.1,0.9]]"], "conf/pool/full_param.yaml", "pool.keep_ranges",
      "one of the band edges"),
     (["stage=probe", "difficulty.edges=[0,0.3,0.08,0.6,0.9,1]"], "conf/difficulty", "difficulty.edges",
@@ -121,8 +131,6 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=eval", "tasks.domains=[travel,airline]"], "conf/tasks/travel.yaml", "tasks.domains", "retail"),
     (["stage=serve"], "conf/stage/serve.yaml", "serve.agent_name", "serve.agent_name=NAME"),
     (["stage=serve", "serve.agent_name='my agent'"], "conf/stage/serve.yaml", "serve.agent_name", "letters, digits"),
-    (["stage=serve", "serve.agent_name=a", "serve.transport=sse"], "conf/stage/serve.yaml", "serve.transport",
-     "http, stdio"),
     (["stage=serve", "serve.agent_name=a", "serve.port=70000"], "conf/stage/serve.yaml", "serve.port", "0..65535"),
     (["stage=serve", "serve.agent_name=a", "serve.host=0.0.0.0"], "conf/stage/serve.yaml", "serve.token_env",
      "serve.token_env=TBX_SERVE_TOKEN"),
@@ -210,7 +218,8 @@ def test_launch_prints_one_line_and_exits_2_without_touching_a_finished_run(tmp_
     # the same run (same identity) with a logger mistake: stopped before anything ran
     late = launch(*base, "logger.kind=tensorboard")
     assert late.returncode == 2 and error_lines(late) == [
-        "error: conf/logger: field 'logger.kind': is 'tensorboard'. Fix: use one of wandb, none"]
+        "error: command line 'logger.kind=tensorboard': field 'logger.kind': is 'tensorboard'. Fix: use one of wandb, "
+        "none"]
     assert digest(run_dir) == before
     typo = launch(*base, "eval.attemps=3")  # Hydra alone: several lines and status 1
     assert typo.returncode == 2 and len(error_lines(typo)) == 1 and "Traceback" not in typo.stderr

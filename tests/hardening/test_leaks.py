@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tbx.audit import audit_records, audit_run, scan_context, task_secrets
-from tbx.config import Config
+from tbx.config import UserConfig
 from tbx.domains import get_domain
 from tbx.policies.reference import DONE
 from tbx.stages.eval import episode_seed
@@ -225,7 +225,7 @@ class LeakyUser(UserSimulator):
     name = "leaky"
 
     @classmethod
-    def from_config(cls, cfg: Config) -> LeakyUser:
+    def from_config(cls, user: UserConfig) -> LeakyUser:
         return cls()
 
     def session(self, scenario, seed):  # noqa: ANN001, ANN201

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from tbx.config import Config, register_configs
-from tbx.policies.base import Agent, Policy
+from tbx.policies.base import Agent, Policy, PolicySetup
 from tests.stages.coin import CoinPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,8 +47,8 @@ class SlowCoinPolicy(Policy):
         self.coin, self.delay_s = CoinPolicy(), delay_s
 
     @classmethod
-    def from_config(cls, cfg: Config) -> SlowCoinPolicy:
-        return cls(float(cfg.extra.get("turn_delay_s", 0.2)))
+    def from_config(cls, setup: PolicySetup) -> SlowCoinPolicy:
+        return cls(float(setup.extra.get("turn_delay_s", 0.2)))
 
     def agent(self, context):  # noqa: ANN001, ANN201
         return _SlowAgent(self.coin.agent(context), self.delay_s)

@@ -34,7 +34,8 @@ def test_default_runs_the_stage_in_this_process(tmp_path):
 
 
 def test_input_error_in_a_job_comes_back_as_itself(tmp_path):
-    cfg = compose_cfg("tasks=mock", "eval.attempts=0", f"out_root={tmp_path}/out", f"backend.workdir={tmp_path}/db")
+    cfg = compose_cfg("tasks=mock", f"out_root={tmp_path}/out", f"backend.workdir={tmp_path}/db")
+    cfg.eval.attempts = 0  # the schema refuses it when the config is built; set after, the stage refuses it in the job
     with pytest.raises(ConfigError) as err:
         dispatch(cfg, make_plan(cfg))
     assert err.value.field == "eval.attempts"

@@ -62,16 +62,16 @@ def test_native_training_is_one_process_without_ray():
 
 
 @pytest.mark.parametrize(("overrides", "field", "words"), [
-    (["hardware.executor=pbs"], "hardware.executor", "debug, local, slurm"),
     (["hardware.nodes=0"], "hardware.nodes", "hardware.nodes >= 1"),
     (["hardware.nodes=2"], "hardware.nodes", "runs on this machine only"),
     (["hardware.tasks_per_node=2"], "hardware.tasks_per_node", "hardware=local_jobs"),
     (["hardware=slurm_a100x8", "hardware.tasks_per_node=3"], "hardware.gpus_per_node", "do not split over 3"),
     (["hardware.gpu_type=a100"], "hardware.gpu_type", "gpus_per_node is 0"),
     (["hardware.mem_gb=0"], "hardware.mem_gb", "is 0"),
-    (["hardware.ray_auth_mode=none"], "hardware.ray_auth_mode", "token, disabled"),
-    (["stage=train", "grpo.trainer=deepspeed"], "grpo.trainer", "native or verl"),
-    (["stage=train", "grpo.trainer=verl", "grpo.groups_per_step=0"], "grpo.groups_per_step", "at least one group"),
+    # (hardware.executor, hardware.ray_auth_mode and grpo.trainer are Enum fields, refused at composition:
+    # tests/hardening/test_bad_config.py)
+    (["stage=train", "grpo.trainer=verl", "grpo.groups_per_step=0"], "grpo.groups_per_step",
+     "give grpo.groups_per_step >= 1"),
     (["launcher.shards=0"], "launcher.shards", "launcher.shards >= 1"),
     (["launcher.shards=2", "stage=select"], "launcher.shards", "stage=select is one job"),
     (["launcher.shards=2", "eval.num_shards=2"], "eval.num_shards", "give one of them"),

@@ -9,7 +9,7 @@ import pytest
 from tbx.config import Config, EndpointConfig
 from tbx.errors import InfraError, UserSimError, VerifierError
 from tbx.grading.judge_llm import LLMJudge, parse_verdict, render_transcript
-from tbx.llm_client import ChatClient
+from tbx.llm.client import ChatClient
 from tbx.messages import Message, ToolCall, Usage
 from tbx.tasks.model import JudgeRule, PrivateFact, UserScenario
 from tbx.users.base import STOP
@@ -138,7 +138,7 @@ def reply(user: LLMUser, history: list[Message], seed: int = 7):
 def test_llm_user_answers_and_stops(server):
     cfg = Config()
     cfg.user.endpoint = endpoint(server)
-    user = LLMUser.from_config(cfg)
+    user = LLMUser.from_config(cfg.user)
     server.script(text_reply("It is BK-1042.", usage=(300, 6)), text_reply(f"Great, thanks! {STOP}"))
     turn = reply(user, conversation("What is your booking number?"))
     assert (turn.text, turn.done, turn.usage, turn.revealed) == ("It is BK-1042.", False, Usage(300, 6), ("booking_id",))
@@ -194,7 +194,7 @@ def test_parse_verdict_rejects_anything_else(text):
 def test_judge_decides_with_json_mode_and_the_transcript(server):
     cfg = Config()
     cfg.judge.endpoint = endpoint(server)
-    judge = LLMJudge.from_config(cfg)
+    judge = LLMJudge.from_config(cfg.judge)
     server.script(text_reply('{"verdict": "pass", "reason": "it said $1,450"}', usage=(500, 12)),
                   text_reply('{"verdict": "fail", "reason": "no amount"}'))
     verdict = run(lambda: judge.decide(RULE, TRANSCRIPT), judge)

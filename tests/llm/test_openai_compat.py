@@ -9,9 +9,10 @@ import pytest
 
 from tbx.config import Config, EndpointConfig
 from tbx.errors import ConfigError, InfraError
-from tbx.llm_client import ChatClient, EndpointError, to_openai_messages
+from tbx.llm.client import ChatClient, EndpointError
+from tbx.llm.wire import to_openai_messages
 from tbx.messages import Message, ToolCall, ToolSchema, Usage
-from tbx.policies.base import EpisodeContext
+from tbx.policies.base import EpisodeContext, PolicySetup
 from tbx.policies.openai_compat import OpenAIPolicy
 from tbx.vllm_server import free_port
 from tests.fakes.openai_server import (
@@ -125,11 +126,11 @@ def test_from_config_uses_model_endpoint_name_and_prices(server):
     cfg = Config()
     cfg.model.name, cfg.model.kind = "qwen-served", "openai"
     cfg.model.endpoint = endpoint(server, price_input_per_mtok=0.4, price_output_per_mtok=1.6)
-    policy = OpenAIPolicy.from_config(cfg)
+    policy = OpenAIPolicy.from_config(PolicySetup(cfg.policy, cfg.model))
     assert policy.model_name == "qwen-served" and policy.client.url == server.base_url + "/chat/completions"
     assert (policy.price_input_per_mtok, policy.price_output_per_mtok) == (0.4, 1.6)
     cfg.model.price_input_per_mtok, cfg.model.price_output_per_mtok = 2.0, 8.0  # the model's own prices win
-    assert OpenAIPolicy.from_config(cfg).price_output_per_mtok == 8.0
+    assert OpenAIPolicy.from_config(PolicySetup(cfg.policy, cfg.model)).price_output_per_mtok == 8.0
 
 
 def test_chat_template_kwargs_are_sent_only_when_set(server):
@@ -138,9 +139,9 @@ def test_chat_template_kwargs_are_sent_only_when_set(server):
     server.script(text_reply("a"), text_reply("b"))
     cfg = Config()
     cfg.model.endpoint = endpoint(server)
-    act(OpenAIPolicy.from_config(cfg))
+    act(OpenAIPolicy.from_config(PolicySetup(cfg.policy, cfg.model)))
     cfg.model.chat_template_kwargs = {"enable_thinking": False}
-    act(OpenAIPolicy.from_config(cfg))
+    act(OpenAIPolicy.from_config(PolicySetup(cfg.policy, cfg.model)))
     first, second = server.chat_requests
     assert "chat_template_kwargs" not in first.body and second.body["chat_template_kwargs"] == {"enable_thinking": False}
 

@@ -17,7 +17,7 @@ import pytest
 
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
 from tbx.errors import ConfigError, InfraError
-from tbx.llm_client import ChatClient
+from tbx.llm.client import ChatClient
 from tbx.vllm_server import VLLMServer
 from tbx.vllm_spec import ENTRY, ServeSpec, build_vllm_command, spec_for, vllm_python
 

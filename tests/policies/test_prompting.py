@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from tbx.errors import ConfigError
+from tbx.llm.parsing import parse_assistant_text
 from tbx.messages import Message, ToolCall, ToolSchema
-from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.prompting import (
     build_chat,
     check_tool_format,

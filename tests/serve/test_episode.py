@@ -15,8 +15,8 @@ from tbx.backend import make_backend
 from tbx.catalog import prepare_task
 from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
-from tbx.episodes.record import EpisodeResult
 from tbx.policies.reference import DONE, OraclePolicy
+from tbx.records import EpisodeResult
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import OVER, TURN_LIMIT, USER_ENDED, ServedEpisode
 from tbx.serve.server import domain_tools, episode_server

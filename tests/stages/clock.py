@@ -35,8 +35,8 @@ class ClockPolicy(Policy):
         self.episode_log, self.delay_s = episode_log, delay_s
 
     @classmethod
-    def from_config(cls, cfg):  # noqa: ANN001, ANN206
-        return cls(str(cfg.extra["episode_log"]), float(cfg.extra.get("turn_delay_s", 0.05)))
+    def from_config(cls, setup):  # noqa: ANN001, ANN206 - a PolicySetup
+        return cls(str(setup.extra["episode_log"]), float(setup.extra.get("turn_delay_s", 0.05)))
 
     def agent(self, context):  # noqa: ANN001, ANN201
         with open(self.episode_log, "a") as log:

@@ -22,7 +22,7 @@ class CoinPolicy(Policy):
     name = "coin"
 
     @classmethod
-    def from_config(cls, cfg):
+    def from_config(cls, setup):
         return cls()
 
     def agent(self, context):

@@ -84,7 +84,7 @@ def test_tasks_pool_keeps_the_manifests_tasks_in_its_order(tmp_path):
     from tbx.catalog import resolve_tasks
     from tbx.config import TasksConfig
     from tbx.errors import ConfigError
-    from tbx.pool import manifest_hash
+    from tbx.records import manifest_hash
 
     def write(kept: list[str]) -> None:
         (tmp_path / "pool.json").write_text(json.dumps({"kept": kept, "hash": manifest_hash({"kept": kept})}))

@@ -1,7 +1,7 @@
 """A minimal episode record to store (the store's tests need rows, not episodes)."""
 
-from tbx.episodes.record import EpisodeResult, Outcome
 from tbx.messages import Usage
+from tbx.records import EpisodeResult, Outcome
 
 
 def episode(task_id: str, attempt: int, outcome: Outcome = Outcome.SUCCESS) -> EpisodeResult:

@@ -1,6 +1,6 @@
 """The results store's bookkeeping of tries (the rest is tested through the stages that use it)."""
 
-from tbx.episodes.record import EpisodeResult, Outcome
+from tbx.records import EpisodeResult, Outcome
 from tbx.store import open_store
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from tbx.policies.parsing import render_assistant_text
+from tbx.llm.parsing import render_assistant_text
 from tbx.tasks.model import Task
 
 END_OF_TURN = "<|im_end|>"

@@ -29,6 +29,7 @@ from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 from tbx.config import BackendConfig, Config, ModelConfig, TasksConfig  # noqa: E402
 from tbx.domains import get_domain  # noqa: E402
 from tbx.errors import UserSimError  # noqa: E402
+from tbx.records import PoolManifest, PoolTask  # noqa: E402
 from tbx.tasks import load_task  # noqa: E402
 from tbx.verl_bridge import VERL_VERSION, GrpoSettings, HardwareSettings, plan_training, verl_overrides  # noqa: E402
 from tbx.verl_bridge.agent_loop import TbxEpisodeLoop  # noqa: E402
@@ -63,9 +64,9 @@ def setup(tmp_path_factory):
     cfg = Config(tasks=TasksConfig(name="mock", domains=["mock"]),
                  backend=BackendConfig(kind="sqlite", workdir=str(root / "db")),
                  model=ModelConfig(name="tiny", path=str(model_dir), few_shot=True, max_new_tokens=256))
-    manifest = {"hash": "mockpool", "pool": {"name": "full_param", "finetune": "full"},
-                "kept": [t.id for t in TASKS],
-                "tasks": [{"id": t.id, "domain": "mock", "family": t.family, "band": "medium"} for t in TASKS]}
+    manifest = PoolManifest(hash="mockpool", pool={"name": "full_param", "finetune": "full"},
+                            kept=tuple(t.id for t in TASKS),
+                            tasks=tuple(PoolTask(t.id, "mock", t.family, band="medium") for t in TASKS))
     grpo = GrpoSettings(group_size=GROUP, groups_per_step=3, max_prompt_tokens=8192, max_response_tokens=4096)
     plan = plan_training(manifest, str(root / "run"), "test", grpo, HardwareSettings(1, 2, 1))
     write_bridge_files(cfg, manifest, plan)

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from tbx.errors import InfraError
-from tbx.stages.select import manifest_hash
+from tbx.records import PoolManifest
 from tbx.verl_bridge.launch import run_verl_training, verl_command
 from tests.launch import ROOT, compose_cfg
 from tests.verl_bridge.test_overrides import manifest
@@ -23,10 +23,9 @@ from tests.verl_bridge.test_overrides import manifest
 STAND_IN = "tests.verl_bridge.stand_in_main_ppo"
 
 
-def write_pool(tmp_path, kept: int = 24) -> dict:
-    pool = manifest(kept=kept)
-    pool["hash"] = manifest_hash(pool)
-    (tmp_path / "pool.json").write_text(json.dumps(pool))
+def write_pool(tmp_path, kept: int = 24) -> PoolManifest:
+    pool = manifest(kept=kept).sealed()
+    (tmp_path / "pool.json").write_text(json.dumps(pool.to_dict()))
     return pool
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from tbx.config import Config, LoggerConfig, ModelConfig
 from tbx.errors import ConfigError
+from tbx.records import PoolManifest, PoolTask
 from tbx.verl_bridge import VERL_VERSION, GrpoSettings, HardwareSettings, plan_training, verl_overrides
 from tbx.verl_bridge.data import pool_rows, write_bridge_files
 from tbx.verl_bridge.episode import load_config
@@ -25,11 +26,11 @@ GOLDEN = Path(__file__).parent / "golden"
 RUN_DIR = "/runs/train-reference"
 
 
-def manifest(finetune: str = "full", kept: int = 100) -> dict:
+def manifest(finetune: str = "full", kept: int = 100) -> PoolManifest:
     ids = [f"travel/fam{i % 7}/{i}" for i in range(kept)]
-    return {"version": 1, "hash": "0123456789abcdef", "pool": {"name": f"{finetune}_pool", "finetune": finetune},
-            "kept": ids, "tasks": [{"id": t, "domain": "travel", "family": t.split("/")[1], "band": "medium",
-                                    "kept": True} for t in ids]}
+    return PoolManifest(hash="0123456789abcdef", pool={"name": f"{finetune}_pool", "finetune": finetune},
+                        kept=tuple(ids), tasks=tuple(PoolTask(t, "travel", t.split("/")[1], band="medium", kept=True)
+                                                     for t in ids))
 
 
 def reference_config() -> Config:
@@ -108,7 +109,7 @@ def test_pool_checks():
     with pytest.raises(ConfigError, match="pool.finetune"):
         plan_training(manifest("qlora"), RUN_DIR, "x")
     with pytest.raises(ConfigError, match="kept"):
-        plan_training({"pool": {}, "tasks": []}, RUN_DIR, "x")
+        plan_training(PoolManifest(kept=()), RUN_DIR, "x")
     smaller = plan_training(manifest(kept=30), RUN_DIR, "x", GrpoSettings(groups_per_step=6),
                             HardwareSettings(nodes=1, gpus_per_node=8, tensor_parallel_size=2))
     assert (smaller.episodes_per_gpu, smaller.steps_per_epoch, smaller.total_epochs) == (6, 5, 11)
@@ -131,7 +132,7 @@ def test_overrides_follow_the_settings():
 def test_pool_rows_and_bridge_files(tmp_path):
     pool = manifest(kept=3)
     rows = pool_rows(pool)
-    assert [r["extra_info"]["task_id"] for r in rows] == sorted(pool["kept"])
+    assert [r["extra_info"]["task_id"] for r in rows] == sorted(pool.kept)
     assert rows[0] == {"data_source": "travel", "prompt": rows[0]["prompt"], "agent_name": "tbx_episode",
                        "reward_model": {"style": "rule", "ground_truth": rows[0]["extra_info"]["task_id"]},
                        "extra_info": rows[0]["extra_info"]} | {"data_source": "tbx/travel"}

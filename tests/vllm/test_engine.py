@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
+from tbx.llm.parsing import parse_assistant_text
 from tbx.messages import Message
-from tbx.policies.parsing import parse_assistant_text
 from tbx.policies.vllm import VLLMPolicy, folder_version, serve
 from tests.policies.test_prompting import POLICY, REQUESTS, TOOLS
 from tests.vllm.servers import vllm_server

@@ -7,14 +7,14 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tbx.messages import ToolCall
-from tbx.policies.parsing import (
+from tbx.llm.parsing import (
     ParsedTurn,
     parse_assistant_text,
     parse_openai_message,
     render_assistant_text,
     render_tool_call,
 )
+from tbx.messages import ToolCall
 
 GET = {"name": "get_account", "arguments": {"account_id": 3}}
 

@@ -4,7 +4,7 @@ The policy, the LLM user and the LLM judge all talk to such endpoints; this modu
 HTTP seam. It owns what every caller needs and none should re-implement: bounded retries with
 exponential backoff and jitter (timeouts, connection errors, 429, 5xx), a concurrency limit, the
 API key read from an environment variable at call time (never stored, logged or shown in an
-error), and the conversion of `tbx.messages.Message` lists to the wire format.
+error). Our messages go out through `tbx.llm.wire`; what comes back is read by `tbx.llm.parsing`.
 
 After the retries are spent it raises `EndpointError` (an `InfraError`) naming the endpoint and the
 cause; callers that are not the agent's endpoint (user, judge) re-raise it as their own error.
@@ -13,19 +13,19 @@ cause; callers that are not the agent's endpoint (user, judge) re-raise it as th
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from tbx.config import EndpointConfig
 from tbx.errors import ConfigError, InfraError
-from tbx.messages import Message, Usage
+from tbx.messages import Usage
+
+if TYPE_CHECKING:
+    from tbx.config import EndpointConfig
 
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise (Hydra logs INFO)
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -222,64 +222,3 @@ def _retry_after(response: httpx.Response) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except ValueError:
         return None
-
-
-def to_openai_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """Our messages in chat-completions wire format (pure).
-
-    Assistant tool calls carry JSON-string arguments; tool messages carry `tool_call_id`. Call ids
-    are made unique over the conversation (the parser numbers calls per turn, so `call_0` recurs):
-    a repeated id becomes `<id>_<n>` and the tool messages after it follow the new name. A call
-    without an id gets one; a tool message without an id answers the oldest unanswered call of the
-    same tool name (any, when it has no name). A tool message that answers no call (the episode's
-    note about an unparseable call) would be rejected by strict servers, so it goes out as a user
-    message tagged with its name.
-    """
-    wire: list[dict[str, Any]] = []
-    used: set[str] = set()
-    current: dict[str, str] = {}  # id as recorded -> id on the wire, for the latest call with that id
-    unanswered: list[tuple[str, str]] = []  # (wire id, tool name), oldest first
-    for message in messages:
-        if message.role == "assistant" and message.tool_calls:
-            calls = []
-            for call in message.tool_calls:
-                wire_id = _unique_id(call.id or "call", used)
-                current[call.id] = wire_id
-                unanswered.append((wire_id, call.name))
-                calls.append({"id": wire_id, "type": "function",
-                              "function": {"name": call.name, "arguments": json.dumps(call.arguments)}})
-            wire.append({"role": "assistant", "content": message.content or None, "tool_calls": calls})
-        elif message.role == "tool":
-            recorded = current.get(message.tool_call_id, message.tool_call_id) if message.tool_call_id else None
-            wire_id = _claim_call(unanswered, recorded, message.name)
-            if not wire_id:
-                wire.append({"role": "user", "content": f"[{message.name or 'tool'}] {message.content}"})
-                continue
-            entry = {"role": "tool", "tool_call_id": wire_id, "content": message.content}
-            if message.name:
-                entry["name"] = message.name
-            wire.append(entry)
-        else:
-            wire.append({"role": message.role, "content": message.content})
-    return wire
-
-
-def _unique_id(call_id: str, used: set[str]) -> str:
-    wire_id, n = call_id, 1
-    while wire_id in used:
-        wire_id, n = f"{call_id}_{n}", n + 1
-    used.add(wire_id)
-    return wire_id
-
-
-def _claim_call(unanswered: list[tuple[str, str]], wire_id: str | None, name: str) -> str:
-    """The wire id a tool message answers, removed from `unanswered` ("" when it answers none).
-
-    With an id: that call. Without: the oldest unanswered call named `name` (any when no name).
-    """
-    for index, (candidate, call_name) in enumerate(unanswered):
-        matches = candidate == wire_id if wire_id else (not name or call_name == name)
-        if matches:
-            del unanswered[index]
-            return candidate
-    return wire_id or ""

@@ -1,0 +1,152 @@
+"""Values a type cannot express: ranges, and settings that must agree with each other. `Config.__post_init__`
+runs `check_values`, so `OmegaConf.to_object` (launch.py's `config_object`) refuses a bad config before any
+stage sees it; enumerations are Enum fields of the schema and fail earlier still, at compose time.
+
+Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`), and
+each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what needs the
+environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/config_checks.py`'s, and so is the
+turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the endpoints a run
+calls.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from tbx.errors import ConfigError
+
+if TYPE_CHECKING:
+    from tbx.config import Config, EndpointConfig
+
+CONFIG = "conf/config.yaml"
+EPISODE_STAGES = ("eval", "probe", "train", "pipeline")  # stages that play episodes: policy and user run
+USER_STAGES = (*EPISODE_STAGES, "serve")  # stages where the simulated user runs (serve: the agent is outside)
+TASK_STAGES = ("eval", "serve", "probe", "validate", "pipeline")  # stages that load a task set
+POOL_STAGES = ("probe", "select", "pipeline")  # stages that decide pool membership from band edges
+TRAIN_STAGES = ("train", "pipeline")
+MODEL_POLICY = "tbx.policies.model.from_config"
+_AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it names the run folder
+
+
+def option_file(cfg: Config, key: str) -> str:
+    """Where the value of `key` is set: its group's option file, or the primary config."""
+    group = key.partition(".")[0]
+    names = {"model": cfg.model.name, "pool": cfg.pool.name, "tasks": cfg.tasks.name, "user": cfg.user.name,
+             "judge": cfg.judge.name, "hardware": cfg.hardware.name}
+    if group in names:
+        return f"conf/{group}/{names[group]}.yaml"
+    if group in ("backend", "logger", "grpo", "difficulty", "stage", "policy"):
+        return f"conf/{group}"
+    if group == "serve":
+        return "conf/stage/serve.yaml"
+    return CONFIG
+
+
+def value_of(cfg: Config, key: str) -> Any:
+    value: Any = cfg
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def fail(cfg: Config, key: str, problem: str, fix: str) -> ConfigError:
+    return ConfigError(option_file(cfg, key), key, problem, fix)
+
+
+def check_values(cfg: Config) -> None:
+    """Raise the first mistake among the values this stage uses, as a ConfigError."""
+    stage = cfg.stage.name
+    if cfg.backend.kind == "postgres" and not cfg.backend.url:
+        raise fail(cfg, "backend.url", "is empty", "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
+    _check_counts(cfg, stage)
+    if stage == "serve":
+        _check_serve(cfg)
+    if stage in POOL_STAGES:
+        _check_bands(cfg)
+
+
+def check_turn_timeout(cfg: Config, endpoint: EndpointConfig) -> None:
+    """A turn limit inside the endpoint's own retry budget would count a dead endpoint as the agent's
+    failure (a turn past its limit is the agent's; an endpoint that does not answer is infra_error).
+    `check_config` runs it with the checks of the endpoints a run calls."""
+    limit, budget = cfg.eval.turn_timeout_s, endpoint.timeout_s * (endpoint.max_retries + 1)
+    if limit is not None and limit <= budget:
+        raise fail(cfg, "eval.turn_timeout_s", f"is {limit:g} s, within the model endpoint's retry budget of "
+                   f"{budget:g} s (timeout_s x (max_retries + 1))", f"give eval.turn_timeout_s > {budget:g}, or "
+                   "lower model.endpoint.timeout_s or max_retries")
+
+
+def _at_least(cfg: Config, key: str, low: int) -> None:
+    value = value_of(cfg, key)
+    if value is None or value < low:
+        raise fail(cfg, key, f"is {value}", f"give {key} >= {low}")
+
+
+def _check_counts(cfg: Config, stage: str) -> None:
+    if stage == "eval":
+        for key in ("eval.attempts", "eval.concurrency"):
+            _at_least(cfg, key, 1)
+    if stage == "serve":
+        _at_least(cfg, "eval.attempts", 1)
+    if stage in ("eval", "serve", "probe", "pipeline"):
+        _at_least(cfg, "eval.max_error_retries", 0)
+        if cfg.eval.max_turns is not None:
+            _at_least(cfg, "eval.max_turns", 1)
+        if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
+            raise fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
+    if stage in ("probe", "pipeline"):
+        for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
+            _at_least(cfg, key, 1)
+        if not 0.0 <= cfg.probe.threshold <= 1.0:
+            raise fail(cfg, "probe.threshold", f"is {cfg.probe.threshold}", "give a value in [0, 1]")
+    if stage in TRAIN_STAGES:
+        if cfg.grpo.group_size < 2:
+            raise fail(cfg, "grpo.group_size", f"is {cfg.grpo.group_size}: a group of one has no relative advantage",
+                       "give grpo.group_size >= 2 (the reference uses 8)")
+        for key in ("grpo.groups_per_step", "grpo.steps", "grpo.save_every", "grpo.micro_batch_size"):
+            _at_least(cfg, key, 1)
+        if cfg.grpo.lr <= 0:
+            raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
+    if stage == "pipeline":
+        _at_least(cfg, "pipeline.eval_attempts", 1)
+
+
+def _check_serve(cfg: Config) -> None:
+    """The served agent's name, the address, and a token wherever other machines can connect."""
+    serve = cfg.serve
+    if not serve.agent_name:
+        raise fail(cfg, "serve.agent_name", "is not set; it names the served agent's run (two agents under one "
+                   "name would resume each other's results)", "give serve.agent_name=NAME, e.g. my_agent_v2")
+    if not _AGENT_NAME.fullmatch(serve.agent_name):
+        raise fail(cfg, "serve.agent_name", f"is {serve.agent_name!r}; it names the run folder",
+                   "use letters, digits, '.', '_' and '-' (at most 64, starting with a letter or digit)")
+    if not 0 <= serve.port <= 65535:
+        raise fail(cfg, "serve.port", f"is {serve.port}", "give a port in 0..65535 (0: any free port)")
+    if not serve.idle_timeout_s > 0:
+        raise fail(cfg, "serve.idle_timeout_s", f"is {serve.idle_timeout_s}", "give a positive number of seconds")
+    from tbx.serve import LOOPBACK
+
+    if serve.transport == "http" and serve.host not in LOOPBACK and not serve.token_env:
+        raise fail(cfg, "serve.token_env", f"is not set, but serve.host={serve.host} is reachable from other "
+                   "machines", "export a token in a variable and name it: serve.token_env=TBX_SERVE_TOKEN "
+                   "(clients send 'Authorization: Bearer <token>'), or bind serve.host=127.0.0.1")
+
+
+def _check_bands(cfg: Config) -> None:
+    """Band edges sorted from 0 to 1, one name per band, and every pool range end on an edge."""
+    from tbx.difficulty import validate_band_names, validate_edges
+    from tbx.pool import PoolStrategy, kept_bands
+
+    try:
+        edges = validate_edges(cfg.difficulty.edges)
+    except ConfigError as exc:
+        raise fail(cfg, "difficulty.edges", exc.problem, exc.fix) from None
+    try:
+        validate_band_names(cfg.difficulty.names, edges)
+    except ConfigError as exc:
+        raise fail(cfg, "difficulty.names", exc.problem, exc.fix) from None
+    try:
+        kept_bands(PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges)), edges)
+    except ConfigError as exc:
+        raise fail(cfg, "pool.keep_ranges", exc.problem, exc.fix) from None

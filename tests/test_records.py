@@ -1,0 +1,83 @@
+"""The typed records: the pure core loads no framework, and the pool manifest round-trips its file format."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tbx.errors import ConfigError
+from tbx.records import PoolManifest, PoolTask, TrainState, manifest_hash
+
+HEAVY = ("mcp", "sqlalchemy", "torch", "transformers", "hydra", "omegaconf")
+
+
+def test_the_pure_core_loads_no_framework():
+    code = ("import sys, tbx.metrics, tbx.difficulty, tbx.pool, tbx.records\n"
+            f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", f"the pure core imported {loaded.strip()}"
+
+
+def test_the_schema_and_the_llm_wire_load_no_framework():
+    """Policies, users and the judge import their config groups and tbx.llm: neither needs Hydra or the tools."""
+    code = ("import sys, tbx.config, tbx.llm.client, tbx.llm.parsing, tbx.llm.wire\n"
+            f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", f"imported {loaded.strip()}"
+
+
+def written_manifest() -> dict:
+    """A manifest as stage=select writes it (keys in its order), hash included."""
+    rows = [{"domain": "mock", "family": "transfer", "k": 3, "n": 4, "errors": 1, "id": "mock/transfer/5",
+             "kept": True, "band": "often", "mean": 0.7, "interval": [0.4, 0.9], "masses": [0.0, 0.1, 0.2, 0.6, 0.1]},
+            {"domain": "mock", "family": "nickname", "k": 0, "n": 0, "errors": 2, "id": "mock/nickname/1",
+             "kept": False, "band": None, "mean": None, "interval": None, "masses": None}]
+    data = {"version": 1, "probe_run": "/runs/probe-x", "probe_run_id": "abc", "probe_settings": {"tasks": {}},
+            "pool": {"name": "full_param", "keep_ranges": [[0.08, 0.9]], "finetune": "full"},
+            "difficulty": {"edges": [0, 0.08, 0.3, 0.6, 0.9, 1], "names": ["a", "b", "c", "d", "e"]},
+            "kept": ["mock/transfer/5"], "dropped": [], "no_verdict": ["mock/nickname/1"],
+            "band_counts": {"a": 0, "b": 0, "c": 0, "d": 1, "e": 0}, "tasks": rows}
+    return data | {"hash": manifest_hash(data)}
+
+
+def test_a_written_manifest_round_trips_byte_for_byte():
+    data = written_manifest()
+    text = json.dumps(data, indent=2)
+    manifest = PoolManifest.parse(text, "pool.json", "train.pool")
+    assert manifest.tasks[0] == PoolTask("mock/transfer/5", "mock", "transfer", 3, 4, 1, True, "often", 0.7,
+                                         (0.4, 0.9), (0.0, 0.1, 0.2, 0.6, 0.1))
+    assert json.dumps(manifest.to_dict(), indent=2) == text
+    assert manifest.content_hash() == manifest.hash == manifest.sealed().hash
+
+
+def test_a_partial_manifest_loads_by_the_hash_it_was_written_with():
+    data = {"version": 1, "kept": ["a/b/1"], "tasks": []}  # as tests and older tools wrote them
+    data["hash"] = manifest_hash(data)
+    manifest = PoolManifest.parse(json.dumps(data), "pool.json", "train.pool")
+    assert manifest.kept == ("a/b/1",) and manifest.finetune == "full"
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("{", "is not a readable pool manifest"),
+    (json.dumps({"kept": []}), "does not match its hash"),
+    (json.dumps({"kept": "a", "hash": manifest_hash({"kept": "a"})}), "'kept' is not a list"),
+])
+def test_a_bad_manifest_names_the_file_field_and_fix(text, problem):
+    with pytest.raises(ConfigError, match=problem) as caught:
+        PoolManifest.parse(text, "runs/pool.json", "train.pool")
+    assert caught.value.source == "runs/pool.json" and caught.value.field == "train.pool" and caught.value.fix
+
+
+def test_an_edited_manifest_is_refused():
+    data = written_manifest()
+    data["kept"].append("mock/nickname/1")
+    with pytest.raises(ConfigError, match="edited by hand"):
+        PoolManifest.parse(json.dumps(data), "pool.json", "train.pool")
+
+
+def test_train_state_keeps_the_checkpoint_format():
+    state = TrainState(step=3, scored=[1.0, 0.0], history=[{"train/step": 3}])
+    extra = state.checkpoint_extra({"position": 7})
+    assert extra == {"sampler": {"position": 7}, "scored": [1.0, 0.0], "history": [{"train/step": 3}]}
+    assert TrainState.from_checkpoint(3, extra) == TrainState(3, [1.0, 0.0], [{"train/step": 3}], {"position": 7})
