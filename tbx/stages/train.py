@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from tbx.campaign import episode_seed, prepare_all
+from tbx.campaign.components import build_backend, build_judge, build_user, episode_cost
 from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
@@ -39,8 +41,6 @@ from tbx.rl.native import TurnSample, grpo_update
 from tbx.rl.sampler import GroupSampler
 from tbx.runs import record_engine, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
-from tbx.stages.components import build_backend, build_judge, build_user, episode_cost
-from tbx.stages.eval import episode_seed, prepare_all
 from tbx.store import open_store
 
 
@@ -179,7 +179,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
         policy, ctx = _start(cfg, run_dir, tasks, store)
         backend = build_backend(cfg)
         try:
-            runtimes = prepare_all(tasks, backend)
+            runtimes = prepare_all(cfg, tasks, backend)
             with stage_sink(cfg, run_dir) as sink:
                 ctx |= {"sink": sink, "runtimes": runtimes, "backend": backend, "run_episode": run_episode}
                 run_loop(_run_and_close(cfg, ctx, policy))
