@@ -71,27 +71,30 @@ def run_once(tree: Path, workdir: Path, run_dir: Path, attempts: int, tasks: str
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)}\nexit {done.returncode}:\n{done.stderr[-3000:]}")
     rows = stored(run_dir)
-    first = min(row[4] for row in rows)
-    return {"wall_s": wall, "first_episode_s": first - wall_began, "episodes": len(rows),
+    first, last = min(row[4] for row in rows), max(row[4] for row in rows)
+    return {"wall_s": wall, "first_episode_s": first - wall_began, "play_s": last - first, "episodes": len(rows),
             "cpu_s": cpu_seconds() - cpu_before, "load": (load_before, os.getloadavg()[0]),
             "verdicts": [row[:4] for row in rows]}
 
 
-def side(name: str, tree: Path, scratch: Path, args: argparse.Namespace, extra: list[str]) -> list[tuple]:
-    workdir = scratch / f"{name}-db"
-    cold = run_once(tree, workdir, scratch / f"{name}-cold", args.attempts, args.tasks, extra)
-    warm = run_once(tree, workdir, scratch / f"{name}-warm", 1, args.tasks, extra)
+def side(name: str, folder: str, tree: Path, scratch: Path, args: argparse.Namespace, extra: list[str]) -> list[tuple]:
+    workdir = scratch / f"{folder}-db"
+    cold = run_once(tree, workdir, scratch / f"{folder}-cold", args.attempts, args.tasks, extra)
+    warm = run_once(tree, workdir, scratch / f"{folder}-warm", 1, args.tasks, extra)
     return [(f"{name}, cold, {args.attempts} attempts", cold), (f"{name}, warm, 1 attempt", warm)]
 
 
 def show(rows: list[tuple]) -> None:
-    header = (f"{'run':34s} {'wall s':>8s} {'to 1st ep s':>12s} {'episodes':>9s} {'ep/s':>8s} {'CPU s':>8s} "
-              f"{'ep/CPU s':>9s} {'load 1m':>12s}")
+    print("wall s: the whole command; to 1st ep s: its start to the first stored episode; play s: first to last "
+          "stored episode (ep/s in play: episodes / play s); ep/CPU s: episodes per CPU second of every process of "
+          "the run, i.e. per-core episodes/s")
+    header = (f"{'run':40s} {'wall s':>8s} {'to 1st ep s':>12s} {'play s':>8s} {'episodes':>9s} {'ep/s':>8s} "
+              f"{'ep/s in play':>13s} {'CPU s':>8s} {'ep/CPU s':>9s} {'load 1m':>12s}")
     print(header)
     for name, r in rows:
-        print(f"{name:34s} {r['wall_s']:8.1f} {r['first_episode_s']:12.1f} {r['episodes']:9d} "
-              f"{r['episodes'] / r['wall_s']:8.1f} {r['cpu_s']:8.1f} {r['episodes'] / r['cpu_s']:9.1f} "
-              f"{r['load'][0]:5.2f}->{r['load'][1]:<5.2f}")
+        print(f"{name:40s} {r['wall_s']:8.1f} {r['first_episode_s']:12.1f} {r['play_s']:8.1f} {r['episodes']:9d} "
+              f"{r['episodes'] / r['wall_s']:8.1f} {r['episodes'] / max(r['play_s'], 1e-9):13.1f} {r['cpu_s']:8.1f} "
+              f"{r['episodes'] / r['cpu_s']:9.1f} {r['load'][0]:5.2f}->{r['load'][1]:<5.2f}")
 
 
 def main() -> None:
@@ -108,9 +111,10 @@ def main() -> None:
     try:
         rows = []
         if not args.skip_before:
-            rows += side(f"before ({args.before})", unpack(args.before, scratch / "before-tree"), scratch, args, [])
+            rows += side(f"before ({args.before})", "before", unpack(args.before, scratch / "before-tree"), scratch,
+                         args, [])
         if not args.skip_after:
-            rows += side("after (this checkout)", ROOT, scratch, args, args.args)
+            rows += side("after (this checkout)", "after", ROOT, scratch, args, args.args)
         show(rows)
         if not args.skip_before and not args.skip_after:
             same = rows[0][1]["verdicts"] == rows[2][1]["verdicts"]

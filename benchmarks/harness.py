@@ -21,15 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tbx.backend import make_backend
-from tbx.catalog import prepare_task, resolve_tasks
-from tbx.config import TasksConfig
-from tbx.episodes import Outcome, run_episode
-from tbx.policies.reference import OraclePolicy
-from tbx.tools.mcp_server import ToolSessions
-from tbx.users.scripted import ScriptedUser
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's tbx, not an installed one
+
+from tbx.backend import make_backend  # noqa: E402
+from tbx.catalog import prepare_task, resolve_tasks  # noqa: E402
+from tbx.config import TasksConfig  # noqa: E402
+from tbx.episodes import Outcome, run_episode  # noqa: E402
+from tbx.policies.reference import OraclePolicy  # noqa: E402
+from tbx.tools.mcp_server import ToolSessions  # noqa: E402
+from tbx.users.scripted import ScriptedUser  # noqa: E402
 
 
 def start_postgres() -> str:

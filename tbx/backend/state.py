@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from json.encoder import encode_basestring_ascii
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
@@ -49,7 +50,12 @@ def canonical_equal(left: Any, right: Any) -> bool:
 
 
 def row_key(row: dict[str, Any], pk: list[str]) -> str:
-    return json.dumps([row[c] for c in pk], default=str)
+    """The row's primary key as JSON text. Canonical values are text or None: those are written here
+    exactly as `json.dumps` writes them (it was a tenth of an oracle episode's grading)."""
+    values = [row[c] for c in pk]
+    if all(v is None or type(v) is str for v in values):
+        return "[" + ", ".join("null" if v is None else encode_basestring_ascii(v) for v in values) + "]"
+    return json.dumps(values, default=str)
 
 
 @dataclass(frozen=True)
