@@ -24,6 +24,7 @@ import os
 import sys
 import uuid
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from tqdm import tqdm
@@ -144,7 +145,10 @@ def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, T
     missing = [task for task in tasks if runtimes[task.id] is None]
     processes = min(cfg.eval.workers or available_cores(), len(missing) // MIN_TASKS_PER_PROCESS)
     if processes > 1:
-        _prepare_in_processes(cfg, missing, processes)
+        try:
+            _prepare_in_processes(cfg, missing, processes)
+        except BrokenProcessPool:  # a preparing process died (killed, out of memory): the rest is prepared here
+            pass
         for task in missing:
             runtimes[task.id] = cache.load(task, backend)
     for task in tqdm([t for t in tasks if runtimes[t.id] is None], desc="prepare", unit="task", file=sys.stderr,
