@@ -31,7 +31,7 @@ from tbx.campaign.components import build_backend
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.errors import ConfigError, InputError
-from tbx.preemption import preemption_signal
+from tbx.preemption import preemption_signal, run_loop
 from tbx.store import ResultStore, open_store
 
 MIN_ATTEMPTS_PER_WORKER = 64  # below this a worker's start-up (~1-2 s: imports, tasks) is not worth it
@@ -123,8 +123,8 @@ def _worker(job: WorkerJob, parent: int, next_index, finished, report) -> None: 
             store = open_store(cfg.store.url, Path(job.run_dir), job.run_id, job.stage, cfg.store.timeout_s,
                                read_tries=False)
             try:
-                asyncio.run(play_attempts(cfg, job.runtimes, store, backend, _taker(job.pending, next_index),
-                                          _counter(finished), Path(job.run_dir) if job.record_engine else None))
+                run_loop(play_attempts(cfg, job.runtimes, store, backend, _taker(job.pending, next_index),
+                                       _counter(finished), Path(job.run_dir) if job.record_engine else None))
             finally:
                 store.close()
         finally:

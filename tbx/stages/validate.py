@@ -160,7 +160,7 @@ def _gate_share(cfg: Config, tasks: list) -> list[TaskVerdict]:
     verdicts: list[TaskVerdict] = []
     backend = build_backend(cfg)
     try:
-        asyncio.run(_gate(cfg, tasks, backend, verdicts, show=False))
+        run_loop(_gate(cfg, tasks, backend, verdicts, show=False))
     finally:
         backend.close()
     return verdicts
