@@ -132,7 +132,10 @@ def _prepare_in_processes(cfg: Config, tasks: list[Task], processes: int) -> Non
     chunks = [tasks[i::processes * 4] for i in range(processes * 4)]
     with ProcessPoolExecutor(processes, mp_context=context, initializer=follow_parent,
                              initargs=(os.getpid(),)) as pool:
-        list(pool.map(_prepare_chunk, [cfg] * len(chunks), chunks))
+        prepared = pool.map(_prepare_chunk, [cfg] * len(chunks), chunks)
+        for _ in tqdm(prepared, total=len(chunks), desc=f"prepare {len(tasks)} tasks ({processes} processes)",
+                      unit="share", file=sys.stderr, mininterval=2.0):
+            pass
 
 
 def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, TaskRuntime]:
@@ -151,8 +154,8 @@ def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, T
             pass
         for task in missing:
             runtimes[task.id] = cache.load(task, backend)
-    for task in tqdm([t for t in tasks if runtimes[t.id] is None], desc="prepare", unit="task", file=sys.stderr,
-                     disable=False, mininterval=2.0):
+    todo = [task for task in tasks if runtimes[task.id] is None]
+    for task in tqdm(todo, desc="prepare", unit="task", file=sys.stderr, disable=not todo, mininterval=2.0):
         runtime = prepare_task(task, backend)
         cache.save(runtime)
         runtimes[task.id] = runtime
