@@ -1,8 +1,9 @@
 """Benchmark: per-episode harness cost with the oracle policy (no model in the loop).
 
 Prints, per backend, the median cost of each phase of an episode (clone the task database,
-start the MCP server and session, tool calls over MCP, read and grade the terminal state) and
-episodes per second on one core. This is a measurement, not a test: it asserts nothing.
+start the MCP server and session, or bind a kept one as a campaign does, tool calls over MCP, read
+and grade the terminal state) and episodes per second on one core. This is a measurement, not a
+test: it asserts nothing.
 
     .venv/bin/python benchmarks/harness.py                       # SQLite
     .venv/bin/python benchmarks/harness.py --postgres            # also PostgreSQL (starts it)
@@ -20,14 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tbx.backend import make_backend
-from tbx.catalog import prepare_task, resolve_tasks
-from tbx.config import TasksConfig
-from tbx.episodes import Outcome, run_episode
-from tbx.policies.reference import OraclePolicy
-from tbx.users.scripted import ScriptedUser
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's tbx, not an installed one
+
+from tbx.backend import make_backend  # noqa: E402
+from tbx.catalog import prepare_task, resolve_tasks  # noqa: E402
+from tbx.config import TasksConfig  # noqa: E402
+from tbx.episodes import Outcome, run_episode  # noqa: E402
+from tbx.policies.reference import OraclePolicy  # noqa: E402
+from tbx.tools.mcp_server import ToolSessions  # noqa: E402
+from tbx.users.scripted import ScriptedUser  # noqa: E402
 
 
 def start_postgres() -> str:
@@ -42,17 +45,22 @@ def stop_postgres() -> None:
     subprocess.run(["bash", str(ROOT / "scripts/pg_local.sh"), "stop", "--wipe"], env=env, stdout=subprocess.DEVNULL)
 
 
-def measure(kind: str, url: str | None, domain: str, episodes: int) -> dict[str, float]:
+def measure(kind: str, url: str | None, domain: str, episodes: int, fresh_sessions: bool = False) -> dict[str, float]:
     backend = make_backend(kind, url, tempfile.mkdtemp(prefix="tbx-bench-"))
     tasks = resolve_tasks(TasksConfig(name=domain, domains=[domain]))
     runtimes = [prepare_task(t, backend) for t in tasks]
     policy, user = OraclePolicy(), ScriptedUser()
 
     async def play(count: int) -> list:
+        sessions = None if fresh_sessions else ToolSessions()  # a campaign keeps its MCP sessions
         results = []
-        for i in range(count):
-            runtime = runtimes[i % len(runtimes)]
-            results.append(await run_episode(runtime, backend, policy, user, None, 0, 0))
+        try:
+            for i in range(count):
+                runtime = runtimes[i % len(runtimes)]
+                results.append(await run_episode(runtime, backend, policy, user, None, 0, 0, sessions=sessions))
+        finally:
+            if sessions is not None:
+                await sessions.aclose()
         return results
 
     asyncio.run(play(min(20, episodes)))  # warm-up: imports, caches, first connections
@@ -80,14 +88,17 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=300)
     parser.add_argument("--postgres", action="store_true", help="also measure PostgreSQL (started here)")
     parser.add_argument("--pg-url", default=None, help="use this PostgreSQL admin URL instead of starting one")
+    parser.add_argument("--fresh-sessions", action="store_true",
+                        help="an MCP server and session per episode (as before issue 27), not kept ones")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
-    rows = [("sqlite", measure("sqlite", None, args.domain, args.episodes))]
+    rows = [("sqlite", measure("sqlite", None, args.domain, args.episodes, args.fresh_sessions))]
     if args.postgres or args.pg_url:
         url = args.pg_url or start_postgres()
         try:
-            rows.append(("postgres", measure("postgres", url, args.domain, max(50, args.episodes // 3))))
+            rows.append(("postgres", measure("postgres", url, args.domain, max(50, args.episodes // 3),
+                                             args.fresh_sessions)))
         finally:
             if not args.pg_url:
                 stop_postgres()

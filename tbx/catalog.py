@@ -16,7 +16,7 @@ from functools import cache
 from pathlib import Path
 
 from tbx.backend import Backend, State, dump_state
-from tbx.backend.state import state_hash
+from tbx.backend.state import CHANGE_LOG, state_hash
 from tbx.config import TasksConfig
 from tbx.domains import Domain, domain_names, get_domain
 from tbx.errors import ConfigError, InfraError, TaskFormatError
@@ -229,9 +229,17 @@ def template_rows(task: Task) -> dict[str, list[dict]]:
     return rows
 
 
+@cache
+def _domain_digest(domain_name: str) -> str:
+    """A hash of the domain's schema and base rows (once per process: the rows' text is long)."""
+    metadata = get_domain(domain_name).metadata
+    schema = "".join(str(t.c.keys()) + str([str(c.type) for c in t.c]) for t in metadata.sorted_tables)
+    return hashlib.sha256(f"{schema}|{sorted(_base_rows(domain_name).items())!r}".encode()).hexdigest()
+
+
 def template_key(task: Task, domain: Domain) -> str:
-    schema = "".join(str(t.c.keys()) + str([str(c.type) for c in t.c]) for t in domain.metadata.sorted_tables)
-    blob = f"{domain.name}|{schema}|{task.seed_hash}|{sorted(_base_rows(task.domain).items())!r}"
+    """The template's name: its domain, schema, base rows, the task's seed rows and the change log."""
+    blob = f"{domain.name}|{_domain_digest(domain.name)}|{task.seed_hash}|{CHANGE_LOG}"
     return f"{domain.name}_{hashlib.sha256(blob.encode()).hexdigest()[:20]}"
 
 

@@ -224,7 +224,12 @@ class BackendConfig:
 @dataclass
 class EvalConfig:
     attempts: int = 1  # attempts per task
-    concurrency: int = field(default=8, metadata=NOT_IDENTITY)  # episodes in flight at once
+    concurrency: int = field(default=8, metadata=NOT_IDENTITY)  # episodes in flight at once, per worker
+    # Worker processes a campaign (eval, probe) spreads its attempts over, each with its own event loop,
+    # sharing the results store (one verdict per attempt, resumable). null: the cores available when a
+    # reference policy (oracle, null, replay) plays with the scripted user and at least 64 attempts per
+    # worker wait; 1 otherwise (a model's server, not the harness, sets the pace).
+    workers: int | None = field(default=None, metadata=NOT_IDENTITY)
     shard: int = field(default=0, metadata=NOT_IDENTITY)  # this job's shard of the task list
     num_shards: int = field(default=1, metadata=NOT_IDENTITY)
     # re-runs of an attempt that ended in an error outcome

@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import Engine, MetaData, insert
 
+from tbx.backend.state import install_change_log
 from tbx.errors import ConfigError
 
 
@@ -48,7 +49,8 @@ class Backend(ABC):
 
 
 def fill(engine: Engine, metadata: MetaData, rows: Mapping[str, Sequence[dict[str, Any]]]) -> None:
-    """Create the schema and insert `rows` (table → rows), parents before children."""
+    """Create the schema, insert `rows` (table → rows), parents before children, and install the change
+    log (`tbx.backend.state`)."""
     metadata.create_all(engine)
     with engine.begin() as conn:
         for table in metadata.sorted_tables:
@@ -56,6 +58,7 @@ def fill(engine: Engine, metadata: MetaData, rows: Mapping[str, Sequence[dict[st
             # columns (their defaults apply) that the base rows give; the order is kept
             for _, run in groupby(rows.get(table.name) or (), key=lambda row: tuple(sorted(row))):
                 conn.execute(insert(table), [dict(r) for r in run])
+    install_change_log(engine, metadata)  # after the seed rows: a fresh clone's log is empty
 
 
 def make_backend(kind: str, url: str | None, workdir: str, statement_timeout_s: float | None = None) -> Backend:

@@ -15,9 +15,10 @@ connections, so there is no pool of pre-made clones. Two rules of the server sha
   initial state, dump a fresh clone.
 
 Building races between processes are settled by the rename: the loser's `ALTER DATABASE ...
-RENAME` fails because the name is taken, and it drops its own copy. Episode engines use
-`NullPool`: an episode makes a few tool calls between long model turns, so holding an idle
-server connection for each of hundreds of live episodes costs more than a ~2-6 ms reconnect.
+RENAME` fails because the name is taken, and it drops its own copy. An episode's tool calls share
+one connection, opened at its first call and closed when the episode database is dropped (a reconnect
+per call cost ~2-6 ms); the grader's reader connects on its own. Every engine shares one dialect and
+compiled-statement cache (`tbx.backend.engines`).
 
 Episode and build databases carry their owner process in their names (`tbx.owner`); a new backend
 connects at once (an unreachable `backend.url` is a `ConfigError`, one line) and drops the ones of
@@ -37,9 +38,10 @@ from typing import Any
 
 from sqlalchemy import URL, Engine, MetaData, create_engine, make_url, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, ProgrammingError
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from tbx.backend.base import Backend, EpisodeDatabase, fill
+from tbx.backend.engines import EngineMaker
 from tbx.errors import ConfigError, InfraError
 from tbx.owner import Owner, this_process
 
@@ -89,6 +91,8 @@ class PostgresBackend(Backend):
         except InfraError as exc:
             raise ConfigError("conf/backend/postgres.yaml", "backend.url", str(exc),
                               "start the server (scripts/pg_local.sh start) or fix backend.url") from None
+        # one dialect (initialised once) and compiled-statement cache for every episode's engines
+        self.engines = EngineMaker(create_engine(self.url, poolclass=NullPool, connect_args=self._connect_args))
 
     def sweep_stale(self) -> int:
         """Drop episode and build databases whose owner process (on this host) is gone; return how many."""
@@ -193,12 +197,12 @@ class PostgresBackend(Backend):
                 raise InfraError(_clone_failure(template, exc)) from exc
             self._live.add(name)
         url = self.database_url(name)
+        # one connection for the episode's tool calls (they run one at a time), kept until the drop
         return EpisodeDatabase(url=url.render_as_string(hide_password=False),
-                               engine=create_engine(url, poolclass=NullPool, connect_args=self._connect_args),
-                               name=name)
+                               engine=self.engines.engine(url, StaticPool, self._connect_args), name=name)
 
     def open_reader(self, db: EpisodeDatabase) -> Engine:
-        return create_engine(self.database_url(db.name), poolclass=NullPool, connect_args=self._connect_args)
+        return self.engines.engine(self.database_url(db.name), NullPool, self._connect_args)
 
     def drop(self, db: EpisodeDatabase) -> None:
         db.engine.dispose()

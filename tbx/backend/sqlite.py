@@ -16,14 +16,15 @@ import os
 import shutil
 import uuid
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, MetaData, create_engine, event
+from sqlalchemy import Engine, MetaData, create_engine
 from sqlalchemy.pool import NullPool, StaticPool
 
 from tbx.backend.base import Backend, EpisodeDatabase, fill
+from tbx.backend.engines import EngineMaker
 from tbx.owner import Owner, this_process
 
 # SQLite stores Numeric as REAL; money columns come back as Decimal through SQLAlchemy and the
@@ -31,19 +32,10 @@ from tbx.owner import Owner, this_process
 warnings.filterwarnings("ignore", message=r"Dialect sqlite\+pysqlite does \*not\* support Decimal")
 
 
+def _pragmas(opened: list | None) -> Callable[[Any, Any], None]:
+    """Each new driver connection's settings; `opened` collects the connections (to interrupt them)."""
 
-def sqlite_engine(path: Path, shared: bool = False, opened: list | None = None) -> Engine:
-    """An engine on one SQLite file. `shared`: one connection reused for every checkout (an
-    episode's tool calls run one at a time), which saves opening the file per call. `opened`
-    collects the driver's connections (to interrupt them)."""
-    if shared:
-        engine = create_engine(f"sqlite:///{path}", poolclass=StaticPool,
-                               connect_args={"check_same_thread": False})
-    else:
-        engine = create_engine(f"sqlite:///{path}", poolclass=NullPool)
-
-    @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn, _record):  # noqa: ANN001 - SQLAlchemy's hook signature
+    def hook(dbapi_conn, _record) -> None:  # noqa: ANN001 - SQLAlchemy's hook signature
         if opened is not None:
             opened.append(dbapi_conn)
         cursor = dbapi_conn.cursor()
@@ -51,7 +43,7 @@ def sqlite_engine(path: Path, shared: bool = False, opened: list | None = None) 
         cursor.execute("PRAGMA synchronous=OFF")  # an episode DB is disposable
         cursor.close()
 
-    return engine
+    return hook
 
 
 class SQLiteBackend(Backend):
@@ -66,12 +58,22 @@ class SQLiteBackend(Backend):
         self.episodes.mkdir(parents=True, exist_ok=True)
         self.swept = sweep_stale(self.root)
         self._opened: dict[str, list] = {}  # episode database -> driver connections opened on it
+        # one dialect and compiled-statement cache for every episode's engines (tbx.backend.engines)
+        self.engines = EngineMaker(create_engine("sqlite://", poolclass=NullPool))
+
+    def engine(self, path: Path, shared: bool = False, opened: list | None = None) -> Engine:
+        """An engine on one SQLite file. `shared`: one connection reused for every checkout (an episode's
+        tool calls run one at a time), which saves opening the file per call."""
+        if shared:
+            return self.engines.engine(f"sqlite:///{path}", StaticPool, {"check_same_thread": False},
+                                       _pragmas(opened))
+        return self.engines.engine(f"sqlite:///{path}", NullPool, None, _pragmas(opened))
 
     def ensure_template(self, key: str, metadata: MetaData, rows: Mapping[str, Sequence[dict[str, Any]]]) -> str:
         path = self.templates / f"{key}.sqlite"
         if not path.exists():
             partial = path.with_suffix(f".{this_process().tag}-{uuid.uuid4().hex[:8]}.partial")
-            engine = sqlite_engine(partial)
+            engine = self.engine(partial)
             try:
                 fill(engine, metadata, rows)
             finally:
@@ -84,11 +86,11 @@ class SQLiteBackend(Backend):
         path = self.episodes / f"{name}.sqlite"
         shutil.copyfile(template, path)
         self._opened[name] = []
-        return EpisodeDatabase(url=f"sqlite:///{path}", engine=sqlite_engine(path, True, self._opened[name]),
+        return EpisodeDatabase(url=f"sqlite:///{path}", engine=self.engine(path, True, self._opened[name]),
                                name=name)
 
     def open_reader(self, db: EpisodeDatabase) -> Engine:
-        return sqlite_engine(Path(db.url.removeprefix("sqlite:///")), opened=self._opened.get(db.name))
+        return self.engine(Path(db.url.removeprefix("sqlite:///")), opened=self._opened.get(db.name))
 
     def drop(self, db: EpisodeDatabase) -> None:
         for connection in self._opened.pop(db.name, []):

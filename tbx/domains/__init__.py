@@ -45,6 +45,10 @@ class Domain:
     def tool_names(self) -> tuple[str, ...]:
         return tuple(spec.name for spec in self.tools)
 
+    def __reduce__(self) -> tuple:
+        """Pickled by name: a worker process finds the same domain in its own registry."""
+        return get_domain, (self.name,)
+
 
 def build_domain(package: str, split: str, volatile: tuple[str, ...] = (),
                  distractors: tuple[dict[str, Any], ...] = (), records: tuple[str, ...] = ()) -> Domain:

@@ -29,7 +29,7 @@ from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
 from tbx.records import EpisodeResult, Outcome
-from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
+from tbx.tools.mcp_server import InfraLog, ToolSessions, build_server, open_tool_session
 from tbx.users.base import UserSimulator
 from tbx.waits import bounded, off_loop
 
@@ -141,12 +141,13 @@ async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, ti
 
 async def _final_state(runtime: TaskRuntime, backend: Backend, db, chaos: EpisodeFaults,  # noqa: ANN001
                        timeout_s: float | None) -> State:
-    """The terminal state, dumped through the grader's own connection (off the event loop, bounded)."""
+    """The terminal state, dumped through the grader's own connection (off the event loop, bounded): the
+    tables the database's change log names; the others are still the task's initial state."""
     reader = backend.open_reader(db)
     try:
         await chaos.connect(timeout_s)
-        return await bounded(off_loop(dump_state, reader, runtime.domain.metadata), timeout_s, InfraError,
-                             "the terminal-state dump")
+        return await bounded(off_loop(dump_state, reader, runtime.domain.metadata, runtime.initial), timeout_s,
+                             InfraError, "the terminal-state dump")
     except Exception as exc:
         raise InfraError(f"could not read the terminal state: {exc}") from exc
     finally:
@@ -167,12 +168,14 @@ async def _verdict(runtime: TaskRuntime, final: State, judge: Judge | None, log:
 async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
                       judge: Judge | None, attempt: int, seed: int, max_turns: int | None = None,
                       call_timeout_s: float | None = None, faults: FaultsConfig | None = None,
-                      fault_seed: int | None = None, turn_timeout_s: float | None = None) -> EpisodeResult:
+                      fault_seed: int | None = None, turn_timeout_s: float | None = None,
+                      sessions: ToolSessions | None = None) -> EpisodeResult:
     """Play one attempt of a task. `max_turns` caps the task's own turn limit (small CPU runs);
     `call_timeout_s` bounds each tool call, DB connection, clone, state dump, user reply and judge call,
     `turn_timeout_s` each turn of the agent (None: no limit); `faults` injects failures and hangs
     (`tbx.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
-    its `seed` and passes another `fault_seed`)."""
+    its `seed` and passes another `fault_seed`); `sessions`: MCP sessions kept across a campaign's
+    episodes, bound to this episode's database (None: a server and session of its own)."""
     task = runtime.task
     timings: dict[str, float] = {}
     start = time.perf_counter()
@@ -190,9 +193,13 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
             raise InfraError(f"could not clone the task database: {exc}") from exc
         timings["clone"] = time.perf_counter() - start
         infra = InfraLog()
-        server = build_server(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate())
+        if sessions is None:
+            opened = open_tool_session(build_server(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate()),
+                                       infra, call_timeout_s)
+        else:
+            opened = sessions.session(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate(), call_timeout_s)
         agent = policy.agent(EpisodeContext(task, attempt, seed))
-        async with open_tool_session(server, infra, call_timeout_s) as tools:
+        async with opened as tools:
             timings["session"] = time.perf_counter() - start - timings["clone"]
             ended_by = await _converse(runtime, tools, agent, user, log, max_turns, call_timeout_s, turn_timeout_s)
             timings["tools"] = tools.seconds

@@ -54,6 +54,8 @@ def diff_states(initial: State, final: State, volatile: Iterable[str] = ()) -> t
             continue
         before_t = initial.get(table, {"pk": final.get(table, {}).get("pk", []), "rows": []})
         after_t = final.get(table, {"pk": before_t["pk"], "rows": []})
+        if after_t is before_t:  # a table the terminal state took over unread: unchanged
+            continue
         pk = after_t["pk"] or before_t["pk"]
         ignored = skip_columns.get(table, set())
         before = {row_key(r, pk): r for r in before_t["rows"]}

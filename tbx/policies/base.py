@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class PolicySetup:
-    """What a policy's `from_config` is given (the stage layer makes it, tbx/stages/components.py): its own
+    """What a policy's `from_config` is given (the stage layer makes it, tbx/campaign/components.py): its own
     group, the model a model policy plays, the run's seed, and the run's free-form `extra` notes (the knobs of
     a custom policy, such as a test's)."""
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tbx.adaptive import StoppingRule, should_stop
+from tbx.campaign import prepare_all, run_campaign, write_runtimes
+from tbx.campaign.components import build_backend
+from tbx.campaign.workers import check_workers
 from tbx.catalog import resolve_tasks
 from tbx.config import Config
 from tbx.difficulty import describe
@@ -25,8 +28,6 @@ from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
 from tbx.preemption import run_loop
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
-from tbx.stages.components import build_backend
-from tbx.stages.eval import prepare_all, run_campaign, write_runtimes
 from tbx.store import ResultStore, open_store
 from tbx.store.results import ERROR_VALUES
 
@@ -64,7 +65,7 @@ def validate_probe(cfg: Config) -> StoppingRule:
 
 
 async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule,  # noqa: ANN001
-                 run_dir: Path | None = None) -> int:
+                 run_dir: Path) -> int:
     """Run the rounds; return how many rounds ran."""
     n_max, edges = cfg.probe.attempts, cfg.difficulty.edges
     if not cfg.probe.adaptive:
@@ -94,6 +95,7 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
 def run_probe(cfg: Config) -> dict[str, Any]:
     """Start-up checks first (tasks, backend, store): a failing start leaves an earlier run as it was."""
     rule = validate_probe(cfg)
+    check_workers(cfg)
     every_task = resolve_tasks(cfg.tasks)
     tasks = every_task[cfg.eval.shard :: cfg.eval.num_shards]
     if not tasks:
@@ -104,7 +106,7 @@ def run_probe(cfg: Config) -> dict[str, Any]:
         run_dir = resolve_run_dir(cfg)
         store = open_store(cfg.store.url, run_dir, identity, "probe", cfg.store.timeout_s)
         try:
-            runtimes = prepare_all(tasks, backend)
+            runtimes = prepare_all(cfg, tasks, backend)
             save_run_meta(run_dir, cfg)
             write_runtimes(run_dir / "tasks.jsonl", runtimes)
             rounds = run_loop(_probe(cfg, runtimes, store, backend, rule, run_dir))

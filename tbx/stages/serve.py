@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tbx.campaign import episode_seed, open_run, write_summary
+from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.episodes import run_episode
@@ -28,8 +30,6 @@ from tbx.records import EpisodeResult
 from tbx.runs import record_engine
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
-from tbx.stages.components import build_judge, build_user, episode_cost
-from tbx.stages.eval import episode_seed, open_run, write_summary
 from tbx.store import ResultStore
 
 

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from tbx.campaign import episode_seed, prepare_all
+from tbx.campaign.components import build_backend, build_judge, build_user, episode_cost
 from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
@@ -41,8 +43,6 @@ from tbx.rl.native import TurnSample, grpo_update
 from tbx.rl.sampler import GroupSampler
 from tbx.runs import record_engine, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
-from tbx.stages.components import build_backend, build_judge, build_user, episode_cost
-from tbx.stages.eval import episode_seed, prepare_all
 from tbx.store import open_store
 
 
@@ -193,7 +193,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
         policy = run.policy
         backend = build_backend(cfg)
         try:
-            run.backend, run.runtimes, run.run_episode = backend, prepare_all(tasks, backend), run_episode
+            run.backend, run.runtimes, run.run_episode = backend, prepare_all(cfg, tasks, backend), run_episode
             with stage_sink(cfg, run_dir) as sink:
                 run.sink = sink
                 run_loop(_run_and_close(cfg, run))

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import os
 import sys
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +28,8 @@ from tqdm import tqdm
 
 from tbx.backend import Backend
 from tbx.backend.state import apply_delta
+from tbx.campaign.components import build_backend, build_judge
+from tbx.campaign.workers import available_cores, follow_parent
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
 from tbx.config import Config
 from tbx.durable import write_text
@@ -35,10 +40,11 @@ from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.preemption import run_loop
-from tbx.stages.components import build_backend, build_judge
 from tbx.tasks.model import Step
 from tbx.tasks.mutations import mutate
 from tbx.users.scripted import ScriptedUser
+
+GATE_TASKS_PER_WORKER = 16  # each task is a dozen episodes or more: a worker's start-up pays off sooner
 
 
 @dataclass
@@ -117,10 +123,10 @@ def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
     return select_tasks(tasks, cfg.tasks)
 
 
-async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict]) -> None:
+async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict], show: bool = True) -> None:
     judge = build_judge(cfg)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
-    bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=False, mininterval=2.0)
+    bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=not show, mininterval=2.0)
 
     async def one(task) -> None:  # noqa: ANN001
         async with gate:
@@ -165,14 +171,36 @@ def format_gate(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_validate(cfg: Config) -> dict[str, Any]:
+def _gate_share(cfg: Config, tasks: list) -> list[TaskVerdict]:
+    """In a worker process: the verdicts on `tasks`."""
     verdicts: list[TaskVerdict] = []
-    tasks = _load(cfg, verdicts)
     backend = build_backend(cfg)
     try:
-        run_loop(_gate(cfg, tasks, backend, verdicts))
+        run_loop(_gate(cfg, tasks, backend, verdicts, show=False))
     finally:
         backend.close()
+    return verdicts
+
+
+def run_validate(cfg: Config) -> dict[str, Any]:
+    """The gate over every task, spread over `eval.workers` processes (default: the cores available, one
+    per 16 tasks at most): its episodes are the reference policies' and the scripted user's."""
+    verdicts: list[TaskVerdict] = []
+    tasks = _load(cfg, verdicts)
+    workers = min(cfg.eval.workers or available_cores(), len(tasks) // GATE_TASKS_PER_WORKER)
+    if workers > 1:
+        shares = [tasks[i::workers * 4] for i in range(workers * 4)]
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=follow_parent, initargs=(os.getpid(),)) as pool:
+            for share in tqdm(pool.map(_gate_share, [cfg] * len(shares), shares), total=len(shares), unit="share",
+                              desc=f"validate ({workers} workers)", file=sys.stderr, mininterval=2.0):
+                verdicts.extend(share)
+    else:
+        backend = build_backend(cfg)
+        try:
+            run_loop(_gate(cfg, tasks, backend, verdicts))
+        finally:
+            backend.close()
     summary = gate_summary(verdicts)
     if cfg.summary_path:
         write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")

@@ -110,10 +110,18 @@ class Claims:
             self.held.discard((task_id, attempt))
             raise ClaimLost(f"attempt {attempt} of {task_id} was taken over by {describe_owner(owner or '?')}")
 
-    def give_back(self, task_id: str, attempt: int) -> None:
+    def give_back(self, task_id: str, attempt: int, conn: Connection | None = None) -> None:
+        """Delete this process's claim (in `conn`'s transaction when given); nothing to do for one it
+        does not hold (given back already with the try that made the attempt final)."""
+        if (task_id, attempt) not in self.held:
+            return
+        delete = self.table.delete().where(self._key(task_id, attempt) & (self.table.c.owner == self.me))
+        if conn is not None:
+            conn.execute(delete)
+        else:
+            with self.engine.begin() as own:
+                own.execute(delete)
         self.held.discard((task_id, attempt))
-        with self.engine.begin() as conn:
-            conn.execute(self.table.delete().where(self._key(task_id, attempt) & (self.table.c.owner == self.me)))
 
     def forget_gone_owners(self) -> int:
         """Delete this run's claims whose owner is gone (left by killed processes); return how many."""

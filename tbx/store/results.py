@@ -138,7 +138,7 @@ def _store_error(engine: Engine, exc: DBAPIError) -> ConfigError:
 class ResultStore:
     """Attempts of one run (`run_id`) in a store that may hold many runs."""
 
-    def __init__(self, engine: Engine, run_id: str, stage: str):
+    def __init__(self, engine: Engine, run_id: str, stage: str, read_tries: bool = True):
         self.engine, self.run_id, self.stage = engine, run_id, stage
         try:
             metadata.create_all(engine)
@@ -146,7 +146,10 @@ class ResultStore:
             if "already exists" not in str(exc):  # another shard created it between check and create
                 raise _store_error(engine, exc) from None
         self.claims = Claims(engine, claims, run_id)
-        self.refresh()
+        self._tries: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+        self.records: list[dict[str, Any]] = []
+        if read_tries:  # a campaign worker reads an attempt's tries when it claims it, not every try up front
+            self.refresh()
 
     def refresh(self) -> None:
         """Read this run's tries again (other processes may have stored some)."""
@@ -177,8 +180,9 @@ class ResultStore:
         key = (task_id, attempt)
         fresh = self._read((attempts.c.run_id == self.run_id) & (attempts.c.task_id == task_id)
                            & (attempts.c.attempt == attempt))
-        self.records = [r for r in self.records if (r["task_id"], r["attempt"]) != key] + fresh
-        self._tries[key] = fresh
+        if fresh != self._tries.get(key, []):  # another process stored tries of it meanwhile
+            self.records = [r for r in self.records if (r["task_id"], r["attempt"]) != key] + fresh
+            self._tries[key] = fresh
         if self.is_final(task_id, attempt, max_error_retries):
             self.claims.give_back(task_id, attempt)
             return None, ""
@@ -205,7 +209,10 @@ class ResultStore:
             return False
         return tries[-1]["outcome"] not in ERROR_VALUES or len(tries) > max_error_retries
 
-    def append(self, result: EpisodeResult, cost_usd: float = 0.0) -> dict[str, Any]:
+    def append(self, result: EpisodeResult, cost_usd: float = 0.0, max_error_retries: int | None = None
+               ) -> dict[str, Any]:
+        """Store a try (under this process's claim, when it holds one). With `max_error_retries`, a try
+        that makes the attempt final gives its claim back in the same transaction."""
         record = result.to_dict() | {"try": self.tries(result.task_id, result.attempt), "cost_usd": cost_usd,
                                      "stage": self.stage}
         usage = result.usage
@@ -222,11 +229,16 @@ class ResultStore:
         }
         dialect = self.engine.dialect.name
         statement = (pg_insert if dialect == "postgresql" else sqlite_insert)(attempts).values(**row)
+        key = (result.task_id, result.attempt)
+        final = max_error_retries is not None and (result.outcome.value not in ERROR_VALUES
+                                                   or record["try"] + 1 > max_error_retries)
         try:
             with self.engine.begin() as conn:
-                if (result.task_id, result.attempt) in self.claims.held:
-                    self.claims.check(conn, result.task_id, result.attempt)
+                if key in self.claims.held:
+                    self.claims.check(conn, *key)
                 conn.execute(statement.on_conflict_do_nothing())
+                if final and key in self.claims.held:
+                    self.claims.give_back(*key, conn)
         except OperationalError as exc:
             raise _store_error(self.engine, exc) from None
         self._remember(record)
@@ -260,11 +272,13 @@ class ResultStore:
         self.engine.dispose()
 
 
-def open_store(url: str | None, run_dir: Path, run_id: str, stage: str, timeout_s: float = 60.0) -> ResultStore:
+def open_store(url: str | None, run_dir: Path, run_id: str, stage: str, timeout_s: float = 60.0,
+               read_tries: bool = True) -> ResultStore:
     """The run's store: `url` when given (PostgreSQL for many writers), else `<run_dir>/results.sqlite`.
-    Claims left by processes that are gone are forgotten."""
+    Claims left by processes that are gone are forgotten. `read_tries=False`: the run's tries are read
+    attempt by attempt as they are claimed (a campaign worker), not all at once."""
     engine = _url_engine(url, timeout_s) if url else _sqlite_engine(run_dir / "results.sqlite", timeout_s)
-    store = ResultStore(engine, run_id, stage)
+    store = ResultStore(engine, run_id, stage, read_tries)
     try:
         store.claims.forget_gone_owners()
     except OperationalError as exc:

@@ -67,11 +67,22 @@ _PASS_THROUGH = FuncMetadata(arg_model=_PassedThrough)
 Gate = Callable[[str], Awaitable[None]]  # runs before a tool's body (injected faults, tbx.faults); may raise InfraError
 
 
-def _bind(spec: ToolSpec, engine: Engine | None, infra: InfraLog, gate: Gate | None = None):  # noqa: ANN202
+@dataclass
+class Binding:
+    """What a server's tools act on: one episode's database, its harness-fault log and its fault gate.
+    A kept session is bound again to each episode it serves (`ToolSessions`)."""
+
+    engine: Engine | None
+    infra: InfraLog
+    gate: Gate | None = None
+
+
+def _bind(spec: ToolSpec, binding: Binding):  # noqa: ANN202
     signature = inspect.signature(spec.fn)
     params = list(signature.parameters.values())[1:]
 
     async def call(**arguments: Any) -> str:
+        engine, infra, gate = binding.engine, binding.infra, binding.gate  # the episode's, as the call starts
         try:
             if gate is not None:
                 await gate(spec.name)
@@ -97,16 +108,20 @@ def _prototype(spec: ToolSpec) -> Tool:
     """The MCP tool definition (argument model, JSON schema) of `spec`, built once per process:
     building it is most of a server's start-up cost, and only the bound function differs."""
     annotations = ToolAnnotations(read_only_hint=spec.kind == "read", destructive_hint=spec.kind == "write")
-    typed = Tool.from_function(_bind(spec, None, InfraLog()), name=spec.name, description=spec.description,
+    typed = Tool.from_function(_bind(spec, Binding(None, InfraLog())), name=spec.name, description=spec.description,
                                annotations=annotations, structured_output=False)
     return typed.model_copy(update={"fn_metadata": _PASS_THROUGH})  # the schema stays the typed one
+
+
+def _server(name: str, specs: Iterable[ToolSpec], binding: Binding) -> MCPServer:
+    tools = [_prototype(spec).model_copy(update={"fn": _bind(spec, binding)}) for spec in specs]
+    return MCPServer(name, tools=tools, log_level="CRITICAL")
 
 
 def build_server(name: str, specs: Iterable[ToolSpec], engine: Engine, infra: InfraLog,
                  gate: Gate | None = None) -> MCPServer:
     """An MCP server whose tools act on `engine` (one episode's database)."""
-    tools = [_prototype(spec).model_copy(update={"fn": _bind(spec, engine, infra, gate)}) for spec in specs]
-    return MCPServer(name, tools=tools, log_level="CRITICAL")
+    return _server(name, specs, Binding(engine, infra, gate))
 
 
 class ToolSession:
@@ -159,3 +174,81 @@ async def open_tool_session(server: MCPServer, infra: InfraLog,
             error = exc
     if error is not None:
         raise error
+
+
+@dataclass
+class _Kept:
+    """An open session of a kept server: its binding, client, listed schemas, and the task holding it."""
+
+    binding: Binding
+    client: mcp.Client
+    schemas: tuple[ToolSchema, ...]
+    stop: asyncio.Event
+    holder: asyncio.Task
+
+    async def close(self) -> None:
+        self.stop.set()
+        try:
+            await self.holder
+        except Exception:  # noqa: BLE001 - a session that failed is simply gone
+            pass
+
+
+async def _hold(server: MCPServer, ready: asyncio.Future, stop: asyncio.Event) -> None:
+    """Open a session on `server` and keep it open until `stop` (the SDK's client must be closed by
+    the task that opened it)."""
+    try:
+        async with mcp.Client(server) as client:
+            listed = await client.list_tools()
+            ready.set_result((client, tuple(ToolSchema(t.name, t.description or "", t.input_schema)
+                                            for t in listed.tools)))
+            await stop.wait()
+    except BaseException as exc:
+        if not ready.done():
+            ready.set_exception(exc)
+        raise
+
+
+class ToolSessions:
+    """MCP sessions kept open across one process's episodes: one episode at a time each, bound again to
+    that episode's database, fault log and gate (setting a session up was ~13% of an oracle episode).
+    The agent's side is the same MCP session and call path as a fresh one; what differs is only that
+    the server and client outlive the episode. A session whose episode raised or whose tools failed is
+    closed, never handed to another episode. Close them with `aclose` in the loop that opened them."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, tuple[str, ...]], list[_Kept]] = {}
+        self._open: list[_Kept] = []
+
+    @asynccontextmanager
+    async def session(self, name: str, specs: Iterable[ToolSpec], engine: Engine, infra: InfraLog,
+                      gate: Gate | None = None, timeout_s: float | None = None) -> AsyncIterator[ToolSession]:
+        specs = tuple(specs)
+        idle = self._idle.setdefault((name, tuple(spec.name for spec in specs)), [])
+        kept = idle.pop() if idle else await self._start(name, specs)
+        kept.binding.engine, kept.binding.infra, kept.binding.gate = engine, infra, gate
+        reusable = False
+        try:
+            yield ToolSession(kept.client, kept.schemas, infra, timeout_s)
+            reusable = not infra.errors
+        finally:
+            kept.binding.engine, kept.binding.infra, kept.binding.gate = None, InfraLog(), None
+            if reusable:
+                idle.append(kept)
+            else:
+                self._open.remove(kept)
+                await kept.close()
+
+    async def _start(self, name: str, specs: tuple[ToolSpec, ...]) -> _Kept:
+        binding, stop = Binding(None, InfraLog()), asyncio.Event()
+        ready: asyncio.Future = asyncio.get_running_loop().create_future()
+        holder = asyncio.create_task(_hold(_server(name, specs, binding), ready, stop))
+        client, schemas = await ready
+        kept = _Kept(binding, client, schemas, stop, holder)
+        self._open.append(kept)
+        return kept
+
+    async def aclose(self) -> None:
+        kept, self._open, self._idle = self._open, [], {}
+        for item in kept:
+            await item.close()

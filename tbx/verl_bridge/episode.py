@@ -64,7 +64,7 @@ class EpisodeWorld:
 
     @classmethod
     def from_config(cls, cfg: Config) -> EpisodeWorld:
-        from tbx.stages.components import build_backend, build_judge, build_user
+        from tbx.campaign.components import build_backend, build_judge, build_user
 
         tasks = {task.id: task for task in resolve_tasks(cfg.tasks)}
         return cls(cfg, build_backend(cfg), build_user(cfg), build_judge(cfg), tasks)

@@ -81,7 +81,7 @@ def test_the_judged_families_and_their_verdicts(judged):
 
 
 def test_the_evidence_judge_is_the_default_and_none_turns_it_off(tmp_path):
-    from tbx.stages.components import build_judge
+    from tbx.campaign.components import build_judge
 
     assert isinstance(build_judge(make_cfg(tmp_path)), EvidenceJudge)
     assert build_judge(make_cfg(tmp_path, "judge=none")) is None

@@ -52,11 +52,11 @@ def test_a_write_left_open_on_the_tools_connection_does_not_reach_the_verdict(ba
         held["conn"] = conn
         return real_build(name, specs, engine, *rest, **options)
 
-    def dump_state(reader, metadata):  # noqa: ANN001, ANN202 - the grader's read, while the write is still open
+    def dump_state(reader, metadata, *rest):  # noqa: ANN001, ANN002, ANN202 - the grader's read, the write still open
         conn = held.pop("conn")
         seen["tools"] = conn.execute(select(ACCOUNTS.c.nickname).where(ACCOUNTS.c.id == 2)).scalar_one()
         try:
-            return real_dump(reader, metadata)
+            return real_dump(reader, metadata, *rest)
         finally:
             conn.rollback()
             conn.close()
@@ -96,9 +96,9 @@ def test_the_grader_engine_is_opened_after_the_tools_and_never_used_by_them(back
         events.append(("reader opened", reader))
         return reader
 
-    def dump_state(reader, metadata):  # noqa: ANN001, ANN202
+    def dump_state(reader, metadata, *rest):  # noqa: ANN001, ANN002, ANN202
         events.append(("grader reads", reader))
-        return real_dump(reader, metadata)
+        return real_dump(reader, metadata, *rest)
 
     monkeypatch.setattr(episode_run, "build_server", build_server)
     monkeypatch.setattr(mcp_server, "invoke", invoke)

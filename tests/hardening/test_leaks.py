@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from tbx.audit import audit_records, audit_run, scan_context, task_secrets
+from tbx.campaign import episode_seed
 from tbx.config import UserConfig
 from tbx.domains import get_domain
 from tbx.policies.reference import DONE
-from tbx.stages.eval import episode_seed
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
 from tests.fakes.openai_server import FakeOpenAIServer, Scripted, status_reply, text_reply, tool_call_reply
 from tests.stages.test_eval_regrade import make_cfg, run

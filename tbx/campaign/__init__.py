@@ -1,0 +1,51 @@
+"""Campaigns: a run's attempts of a task set, played and stored, used by every stage that plays
+episodes (eval, probe, serve, train) so that no stage is a library for another.
+
+- `run_campaign`: play every pending (task, attempt) in this process or spread over worker processes
+  (`eval.workers`, `tbx.campaign.workers`), claimed and stored in the results store (resumable).
+- `prepare_all`: the tasks' runtimes (template, initial state, expected changes), from the prepared-
+  task cache when their content was prepared before (`tbx.campaign.prepare`).
+- `open_run` and `write_summary`: a campaign's run folder and store, and its summary (`run_folder`).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from tbx.campaign.attempts import episode_seed, pending_attempts, play_attempts
+from tbx.campaign.prepare import prepare_all, write_runtimes
+from tbx.campaign.run_folder import OpenRun, open_run, validate_eval, write_summary
+from tbx.campaign.workers import plan_workers, run_in_workers
+from tbx.catalog import TaskRuntime
+from tbx.config import Config
+from tbx.faults import validate_faults
+from tbx.store import ResultStore
+
+__all__ = ["OpenRun", "episode_seed", "open_run", "prepare_all", "run_campaign", "validate_eval", "write_runtimes",
+           "write_summary"]
+
+
+async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
+                       attempts: dict[str, range], label: str, run_dir: Path) -> None:
+    """Run every (task, attempt) of `attempts` that is not final in `log`: in this process, or over
+    worker processes (`plan_workers`), `eval.concurrency` at once in each; record what served the policy
+    in `run_dir`'s run.json. Each attempt is claimed in the store first, so however many processes run,
+    every attempt is played once and gets one verdict."""
+    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
+    pending = pending_attempts(cfg, log, attempts)
+    if not pending:
+        return
+    workers = plan_workers(cfg, len(pending))
+    bar = tqdm(total=len(pending), desc=f"{label} {cfg.policy.name}" + (f" ({workers} workers)" if workers > 1 else ""),
+               unit="ep", file=sys.stderr, disable=False, mininterval=2.0, dynamic_ncols=True)
+    try:
+        if workers > 1:
+            await run_in_workers(cfg, runtimes, log, pending, workers, bar.update, run_dir)
+            return
+        source = iter(pending)
+        await play_attempts(cfg, runtimes, log, backend, lambda: next(source, None), lambda: bar.update(1), run_dir)
+    finally:
+        bar.close()

@@ -1,0 +1,115 @@
+"""Playing a campaign's attempts in one process: claim each in the results store, play it until it is
+final (error outcomes re-run up to `eval.max_error_retries` times with the attempt's own seed), store
+every try under the claim.
+
+`eval.concurrency` consumers take attempts from a source in order; one held by another process (a
+worker of this campaign never holds another's: the source hands each attempt to one of them) is set
+aside and looked at again once the source is empty, so every attempt is played by one process and
+gets one verdict, however many processes run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from tbx.campaign.components import build_judge, build_policy, build_user, episode_cost
+from tbx.catalog import TaskRuntime
+from tbx.config import Config
+from tbx.episodes import run_episode
+from tbx.runs import record_engine
+from tbx.store import ResultStore
+from tbx.store.claims import Claim, ClaimLost, describe_owner
+from tbx.tools.mcp_server import ToolSessions
+
+CLAIM_POLL_S = 1.0  # how often an attempt held by another process is looked at again
+
+Attempt = tuple[str, int]  # (task id, attempt index)
+
+
+def episode_seed(run_seed: int, task_id: str, attempt: int, try_index: int) -> int:
+    digest = hashlib.sha256(f"{run_seed}|{task_id}|{attempt}|{try_index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+class HeldNotice:
+    """Says once per campaign that another process plays some of this run's attempts."""
+
+    def __init__(self) -> None:
+        self.said = False
+
+    def __call__(self, owner: str) -> None:
+        if not self.said and owner:
+            self.said = True
+            print(f"note: another process ({describe_owner(owner)}) is playing attempts of this run; this one "
+                  "plays the others, then waits for those (nothing runs twice)", file=sys.stderr)
+
+
+def pending_attempts(cfg: Config, log: ResultStore, attempts: dict[str, range]) -> list[Attempt]:
+    """Every (task, attempt) of `attempts` that is not final in `log`, task by task."""
+    return [(task_id, a) for task_id, indices in attempts.items() for a in indices
+            if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
+
+
+async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
+                        take: Callable[[], Attempt | None], done: Callable[[], None],
+                        run_dir: Path | None = None) -> None:
+    """Play the attempts `take` hands out (None: no more), `eval.concurrency` at once; call `done` after
+    each. Records what served the policy in `run_dir`'s run.json (when given)."""
+    policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
+    if run_dir is not None:
+        record_engine(run_dir, policy.engine())
+    notice, waiting, sessions = HeldNotice(), deque(), ToolSessions()
+    retries = cfg.eval.max_error_retries
+
+    async def play(task_id: str, index: int) -> None:
+        while not log.is_final(task_id, index, retries):
+            # A re-run keeps the attempt's seed, so errors cannot bias which outcomes survive (an
+            # error more likely on long, successful episodes would otherwise swap a success for a
+            # fresh draw); only the injected faults are drawn anew per try.
+            seed = episode_seed(cfg.seed, task_id, index, 0)
+            fault_seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
+            result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
+                                       cfg.eval.max_turns, cfg.eval.call_timeout_s, cfg.faults, fault_seed,
+                                       turn_timeout_s=cfg.eval.turn_timeout_s, sessions=sessions)
+            log.append(result, episode_cost(cfg, result.usage), retries)
+
+    async def attempt(task_id: str, index: int) -> bool:
+        """Play the attempt if this process can claim it; False while another live process holds it."""
+        state, owner = log.claim(task_id, index, retries)
+        if state is Claim.HELD:
+            notice(owner)
+            return False
+        if state is Claim.OURS:
+            try:
+                await play(task_id, index)
+            except ClaimLost as lost:  # taken over while this process looked gone: its result is dropped
+                print(f"note: {lost}", file=sys.stderr)
+            finally:
+                log.release(task_id, index)
+        return True
+
+    async def consume() -> None:
+        while True:
+            item = take()
+            if item is None:
+                if not waiting:
+                    return
+                item = waiting.popleft()
+                await asyncio.sleep(CLAIM_POLL_S)
+            if await attempt(*item):
+                done()
+            else:
+                waiting.append(item)
+
+    try:
+        await asyncio.gather(*(consume() for _ in range(cfg.eval.concurrency)))
+    finally:
+        await sessions.aclose()
+        for part in (policy, user, judge):
+            if part is not None:
+                await part.aclose()

@@ -1,0 +1,133 @@
+"""A campaign's run folder: the settings checked, this shard's tasks prepared, the store opened, and at
+the end the summary over the final try of every attempt (summary.json, the logging sink, the table).
+
+The run folder and the run id are the run's identity hash, so re-running the same command resumes
+where a killed run stopped; shards of a campaign (`eval.shard=i eval.num_shards=m`) write to the same
+run. Used by stage=eval and stage=serve.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from tbx.backend import Backend
+from tbx.campaign.components import build_backend
+from tbx.campaign.prepare import prepare_all, write_runtimes
+from tbx.campaign.workers import check_workers
+from tbx.catalog import TaskRuntime, resolve_tasks
+from tbx.config import Config
+from tbx.durable import write_text
+from tbx.errors import EXIT_NO_VERDICT, ConfigError
+from tbx.faults import validate_faults
+from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
+from tbx.runs import resolve_run_dir, run_identity, save_run_meta
+from tbx.sinks import stage_sink
+from tbx.store import ResultStore, open_store
+
+
+def validate_eval(cfg: Config) -> None:
+    e = cfg.eval
+    if e.attempts < 1:
+        raise ConfigError("conf/config.yaml", "eval.attempts", f"is {e.attempts}", "give eval.attempts >= 1")
+    if e.concurrency < 1:
+        raise ConfigError("conf/config.yaml", "eval.concurrency", f"is {e.concurrency}", "give >= 1")
+    if e.num_shards < 1 or not 0 <= e.shard < e.num_shards:
+        raise ConfigError("conf/config.yaml", "eval.shard", f"shard {e.shard} of {e.num_shards}",
+                          "give 0 <= eval.shard < eval.num_shards")
+    check_workers(cfg)
+
+
+def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str) -> None:
+    """Headline metrics per domain and a per-family table to the logging sink."""
+    metrics = {f"{prefix}/{key}": summary[key] for key in ("pass_at_1", "pass_at_k", "observed_all", "n_tasks",
+                                                          "episodes", "cost_usd") if summary.get(key) is not None}
+    metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary["counts"].items()}
+    for domain, group in summary["by_domain"].items():
+        if group["pass_at_1"] is not None:
+            metrics[f"{prefix}/{domain}/pass_at_1"] = group["pass_at_1"]
+    rows = [[name, g["n_tasks"], g["episodes"], g["pass_at_1"], g["counts"]["success"], g["counts"]["failure"],
+             g["errors"]] for name, g in summary["by_family"].items()]
+    with stage_sink(cfg, run_dir) as sink:
+        sink.log(metrics)
+        sink.table(f"{prefix}/families", ["family", "tasks", "episodes", "pass_at_1", "success", "failure",
+                                          "errors"], rows)
+
+
+def headline(records: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
+    """pass@k, observed k/k and the short tasks; all None (undefined) when no attempt got a verdict."""
+    outcomes, _, _ = outcomes_from_records(records)
+    if not any(outcomes.values()):  # every attempt errored: there is nothing to estimate, not a 0
+        return {"pass_at_k": None, "observed_all": None, "incomplete_tasks": sorted(outcomes)}
+    summary = summarize(outcomes, attempts=attempts, allow_incomplete=True)
+    return {"pass_at_k": summary.pass_at_k, "observed_all": summary.observed_all,
+            "incomplete_tasks": list(summary.incomplete)}
+
+
+@dataclass
+class OpenRun:
+    """A campaign's run folder, results store, backend and prepared tasks (this shard's)."""
+
+    run_dir: Path
+    log: ResultStore
+    backend: Backend
+    runtimes: dict[str, TaskRuntime]
+
+
+@contextmanager
+def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
+    """Check the settings, resolve this shard's tasks, open the backend, the run folder (the run's
+    identity) and its store, prepare the tasks; close the store and backend on the way out. The run
+    folder's files are written only once the start-up checks passed, so a failing start leaves an
+    earlier run as it was; other processes' tries are read back once the body finished."""
+    validate_eval(cfg)
+    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
+    every_task = resolve_tasks(cfg.tasks)
+    tasks = every_task[cfg.eval.shard :: cfg.eval.num_shards]
+    if not tasks:
+        raise ConfigError("conf/tasks", "tasks", "the task set is empty after filtering",
+                          "check tasks.split, tasks.families, tasks.limit and the shard")
+    identity = run_identity(cfg, every_task)
+    suffix = f".shard{cfg.eval.shard}of{cfg.eval.num_shards}" if cfg.eval.num_shards > 1 else ""
+    backend = build_backend(cfg)
+    try:
+        run_dir = resolve_run_dir(cfg)
+        log = open_store(cfg.store.url, run_dir, identity, stage, cfg.store.timeout_s)
+        try:
+            runtimes = prepare_all(cfg, tasks, backend)
+            save_run_meta(run_dir, cfg)
+            write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
+            yield OpenRun(run_dir, log, backend, runtimes)
+            log.refresh()  # other processes on this run (its workers too) stored theirs
+        finally:
+            log.close()
+    finally:
+        backend.close()
+
+
+def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterable[str], label: str, title: str,
+                  out: TextIO | None = None) -> dict[str, Any]:
+    """The run's summary over the final try of every (task, attempt) asked: summary.json, the logging
+    sink, `summary_path`, and the table printed to `out` (stdout by default). `label` names the agent.
+    A run without any verdict (every attempt errored) reports pass@1 as undefined and exits 3."""
+    wanted = {(t, a) for t in task_ids for a in range(cfg.eval.attempts)}
+    records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
+    summary = outcome_summary(records) | headline(records, cfg.eval.attempts) | {
+        "k": cfg.eval.attempts, "run_dir": str(run_dir), "policy": label, "tasks": cfg.tasks.name,
+        "attempts": cfg.eval.attempts, "error_tries": log.error_tries(),
+        "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
+    write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    log_summary(cfg, run_dir, summary, "eval")
+    if cfg.summary_path:
+        write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
+    print(format_summary(summary, title), file=out or sys.stdout)
+    if summary["pass_at_1"] is None and records:
+        print(f"no attempt reached a verdict ({summary['errors']} errors, {summary['counts']['excluded']} "
+              f"excluded): pass@1 is undefined; the causes are stored with each try", file=sys.stderr)
+        summary["exit_code"] = EXIT_NO_VERDICT
+    return summary
