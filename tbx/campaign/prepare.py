@@ -84,7 +84,7 @@ class PreparedCache:
         if expected is None:
             expected = tuple(ExpectedChange(**change) for change in entry["derived"])
         return TaskRuntime(task, domain, template, entry["initial"], tuple(expected),
-                           tuple(domain.volatile) + task.checks.volatile)
+                           catalog.ignored(task, domain, tuple(expected)))
 
     def save(self, runtime: TaskRuntime) -> None:
         """Keep `runtime` (a lost or half-written entry is only prepared again: no fsync)."""
