@@ -6,10 +6,11 @@ refund never exceeds what was paid, a cancelled booking stays cancelled). Busine
 the tools would let the agent break them, which is exactly what a task checks.
 """
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
+from tbx.domains.kit import parse_money
 from tbx.domains.travel.schema import (
     approvals,
     audit_log,
@@ -29,7 +30,6 @@ PROFILE_FIELDS = ("phone", "email", "frequent_flyer_number", "hotel_loyalty_numb
 REQUEST_TYPES = ("room_downgrade", "room_upgrade")
 CASE_CATEGORIES = ("nonrefundable_cancellation", "nonrefundable_change", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _employee(db, employee_id: int) -> dict:
@@ -71,20 +71,6 @@ def _flight(db, flight_id: int) -> dict:
     if row is None:
         raise ToolFailure(f"flight {flight_id} not found")
     return dict(row)
-
-
-def _money(amount: float) -> Decimal:
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"amount {amount!r} is not a number") from exc
-    if not value.is_finite() or value <= 0:
-        raise ToolFailure("amount must be a number greater than zero")
-    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
-        raise ToolFailure(f"amount {amount} is too large")
-    if value != value.quantize(Decimal("0.01")):
-        raise ToolFailure(f"amount {amount} has more than two decimals; give dollars and cents")
-    return value
 
 
 def _original_payment(db, booking_id: int) -> dict:
@@ -291,7 +277,7 @@ def issue_refund(db, booking_id: int, amount: float, reason: str) -> dict:
         amount: Dollars to refund, greater than zero, at most two decimals.
         reason: Why the refund is made, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     _booking(db, booking_id)
     payment = _original_payment(db, booking_id)
     paid = db.execute(select(func.coalesce(func.sum(payments.c.amount), 0))
@@ -316,7 +302,7 @@ def charge_payment(db, booking_id: int, amount: float, reason: str) -> dict:
         amount: Dollars to charge, greater than zero, at most two decimals.
         reason: What the charge is for, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     booking = _booking(db, booking_id)
     if booking["status"] != "confirmed":
         raise ToolFailure(f"booking {booking_id} is {booking['status']}; nothing can be charged to it")
