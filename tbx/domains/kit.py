@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import Column, Integer, MetaData, String, Table, func, insert, select
 
 from tbx.tools import ToolFailure
 
@@ -26,6 +26,32 @@ Row = dict[str, Any]
 MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 CENT = Decimal("0.01")
 EASY_TURN_LIMIT, TURN_LIMIT = 10, 30
+
+
+# ---- schema --------------------------------------------------------------------------------------
+
+def audit_log_table(metadata: MetaData, autoincrement: bool | str = True) -> Table:
+    """The log every write tool appends an event to (volatile in every domain: no check reads it)."""
+    return Table("audit_log", metadata,
+                 Column("id", Integer, primary_key=True, autoincrement=autoincrement),
+                 Column("event", String(200), nullable=False))
+
+
+def identity_checks_table(metadata: MetaData, *people: Column, autoincrement: bool | str = "auto") -> Table:
+    """The identity records (docs/tasks.md): one row per person the agent verified, `people` the
+    columns naming them (a foreign key each)."""
+    return Table("identity_checks", metadata, Column("id", Integer, primary_key=True, autoincrement=autoincrement),
+                 *people)
+
+
+def support_cases_table(metadata: MetaData, *links: Column, autoincrement: bool | str = "auto") -> Table:
+    """The cases an agent logs where policy says no (or a verification fails): `links` name who and
+    what the case is about; the category, status and summary are the same in every domain."""
+    return Table("support_cases", metadata, Column("id", Integer, primary_key=True, autoincrement=autoincrement),
+                 *links,
+                 Column("category", String(40), nullable=False),
+                 Column("status", String(10), nullable=False),  # open
+                 Column("summary", String(400)))
 
 
 # ---- tools ---------------------------------------------------------------------------------------
