@@ -23,7 +23,6 @@ from tbx.grading import grade_state
 from .harness import call, run_tools, state_row, without_identity
 
 BANK = get_domain("neobank")
-TOOLS = {spec.name: spec for spec in BANK.tools}
 TASKS = BANK.generate_tasks(0)
 
 

@@ -21,7 +21,6 @@ from tbx.grading import grade_state
 from .harness import call, run_tools, without_identity
 
 RETAIL = get_domain("retail")
-TOOLS = {spec.name: spec for spec in RETAIL.tools}
 TASKS = RETAIL.generate_tasks(0)
 VARIANTS = {v["id"]: v for v in variant_rows()}
 CATEGORY = {p["id"]: p["category"] for p in base_rows()["products"]}
