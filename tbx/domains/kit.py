@@ -57,15 +57,19 @@ def support_cases_table(metadata: MetaData, *links: Column, autoincrement: bool 
 # ---- tools ---------------------------------------------------------------------------------------
 
 def parse_money(amount: float, name: str = "amount", allow_zero: bool = False, *,
-                sign_message: str | None = None, cents_message: str | None = None) -> Decimal:
+                sign_message: str | None = None, cents_message: str | None = None,
+                size_first: bool = False) -> Decimal:
     """`amount` as an exact Decimal of dollars and cents, or a ToolFailure the agent reads.
 
     `sign_message` and `cents_message` replace the default wording of a negative (or zero) amount
-    and of one with more than two decimals; they are formatted with `name` and `amount`."""
+    and of one with more than two decimals; they are formatted with `name` and `amount`. With
+    `size_first` a huge negative amount is refused as too large rather than as negative."""
     try:
         value = Decimal(str(amount))
     except InvalidOperation as exc:
         raise ToolFailure(f"{name} {amount!r} is not a number") from exc
+    if size_first and value.is_finite() and value.adjusted() >= MONEY_DIGITS:
+        raise ToolFailure(f"{name} {amount} is too large")
     if not value.is_finite() or value < 0 or (value == 0 and not allow_zero):
         default = f"{name} must be a number {'of at least' if allow_zero else 'greater than'} zero"
         raise ToolFailure(default if sign_message is None else sign_message.format(name=name, amount=amount))

@@ -44,7 +44,7 @@ def _employee(db, employee_id: int) -> dict:
 
 def _money(amount: float) -> Decimal:
     wrong = "amount must be a number greater than zero with at most two decimals"
-    return parse_money(amount, sign_message=wrong, cents_message=wrong)
+    return parse_money(amount, sign_message=wrong, cents_message=wrong, size_first=True)
 
 
 def _log(db, event: str) -> None:
