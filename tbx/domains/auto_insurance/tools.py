@@ -29,7 +29,7 @@ from tbx.domains.auto_insurance.schema import (
     vehicles,
 )
 from tbx.domains.auto_insurance.seed import COVERAGE_FOR, TODAY, VIN_ALPHABET
-from tbx.domains.kit import fetch_rows, parse_date, parse_money, require_text
+from tbx.domains.kit import fetch_one, fetch_rows, parse_date, parse_money, require_text
 from tbx.tools import ToolFailure, record_once, tool
 
 CONTACT_FIELDS = ("phone", "email", "street")
@@ -54,10 +54,7 @@ def _active_policy(db, policy_number: str) -> dict:
 
 
 def _claim(db, claim_id: int) -> dict:
-    row = db.execute(select(claims).where(claims.c.id == claim_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"claim {claim_id} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
+    return fetch_one(db, claims, claim_id, "claim")
 
 
 def _open_claim(db, claim_id: int) -> dict:

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
-from tbx.domains.kit import parse_money
+from tbx.domains.kit import fetch_one, parse_money
 from tbx.domains.travel.schema import (
     approvals,
     audit_log,
@@ -44,10 +44,7 @@ def _profile(row: dict) -> dict:
 
 
 def _booking(db, booking_id: int) -> dict:
-    row = db.execute(select(bookings).where(bookings.c.id == booking_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"booking {booking_id} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
+    return fetch_one(db, bookings, booking_id, "booking")
 
 
 def _confirmed(db, booking_id: int, kind: str) -> dict:
@@ -60,17 +57,11 @@ def _confirmed(db, booking_id: int, kind: str) -> dict:
 
 
 def _room(db, room_type_id: int) -> dict:
-    row = db.execute(select(room_types).where(room_types.c.id == room_type_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"room type {room_type_id} not found")
-    return dict(row)
+    return fetch_one(db, room_types, room_type_id, "room type")  # no updated_at: the whole row
 
 
 def _flight(db, flight_id: int) -> dict:
-    row = db.execute(select(flights).where(flights.c.id == flight_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"flight {flight_id} not found")
-    return dict(row)
+    return fetch_one(db, flights, flight_id, "flight")  # no updated_at: the whole row
 
 
 def _original_payment(db, booking_id: int) -> dict:
