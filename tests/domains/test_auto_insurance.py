@@ -1,19 +1,13 @@
 """The auto insurance domain: deterministic task generation on the rules' boundaries, tasks the
 scripted user can play, tools that fail clearly, and checks that pass the reference and fail the
-do-nothing agent and single faults."""
+do-nothing agent and single faults. What every domain shares is in test_generated_tasks.py."""
 
-import asyncio
 import datetime as dt
 import json
 import re
-from collections import Counter
 from decimal import ROUND_HALF_UP, Decimal
 
-import pytest
-
 from tbx.backend import dump_state
-from tbx.backend.sqlite import SQLiteBackend
-from tbx.catalog import load_domain_task, prepare_task
 from tbx.domains import get_domain
 from tbx.domains.auto_insurance.seed import (
     ADJUSTERS,
@@ -24,13 +18,10 @@ from tbx.domains.auto_insurance.seed import (
     base_rows,
     settlement,
 )
-from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state, same_changes
-from tbx.policies.reference import NullPolicy, OraclePolicy
-from tbx.tasks import load_task
-from tbx.tasks.mutations import mutate
+from tbx.grading import grade_state
 from tbx.tools.runtime import invoke
-from tbx.users.scripted import ScriptedUser
+
+from .harness import call, rows, without_identity
 
 DOMAIN = get_domain("auto_insurance")
 TOOLS = {spec.name: spec for spec in DOMAIN.tools}
@@ -49,111 +40,9 @@ def write_args(data: dict, tool: str) -> dict:
     return next(s["arguments"] for s in data["reference"] if s.get("tool") == tool)
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    b = SQLiteBackend(str(tmp_path_factory.mktemp("auto_insurance")))
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def runtime(backend):
-    """Prepared runtimes by task id (template built once per task, reference checked)."""
-    cache = {}
-
-    def get(data: dict):
-        if data["id"] not in cache:
-            cache[data["id"]] = prepare_task(load_domain_task(data, data["id"]), backend)
-        return cache[data["id"]]
-
-    return get
-
-
-def call(backend, rt, tool: str, **arguments):
-    """Run one tool on a fresh clone of the task's template; return (result, terminal state)."""
-    db = backend.clone(rt.template)
-    try:
-        result = invoke(TOOLS[tool], db.engine, arguments)
-        return result, dump_state(db.engine, DOMAIN.metadata)
-    finally:
-        backend.drop(db)
-
-
-def replay(backend, rt, steps) -> dict:
-    db = backend.clone(rt.template)
-    try:
-        for step in steps:
-            if step.tool:
-                invoke(TOOLS[step.tool], db.engine, step.arguments)
-        return dump_state(db.engine, DOMAIN.metadata)
-    finally:
-        backend.drop(db)
-
-
-def rows(state: dict, table: str) -> list[dict]:
-    return state[table]["rows"]
-
-
-def without_identity(rt) -> tuple[list, tuple[str, ...]]:
-    """The task's expected changes and volatile names, apart from the identity record: these tests
-    call the tools by hand without verifying (tests/domains/test_identity_records.py covers it)."""
-    return [e for e in rt.expected if e.table != "identity_checks"], (*rt.volatile, "identity_checks")
-
-
-def test_generation_is_fast_deterministic_and_depends_on_the_seed():
-    again = DOMAIN.generate_tasks(0)
-    assert json.dumps(again, sort_keys=True) == json.dumps(TASKS, sort_keys=True)
-    other = DOMAIN.generate_tasks(1)
-    assert json.dumps(other, sort_keys=True) != json.dumps(TASKS, sort_keys=True)
-    assert {t["id"] for t in other}.isdisjoint({t["id"] for t in TASKS})
-    assert base_rows() == base_rows()
-
-
-def test_at_least_105_bench_tasks_in_at_least_nine_families():
-    families = Counter(t["family"] for t in TASKS)
-    assert len(TASKS) >= 105 and len(families) >= 9, families
-    assert min(families.values()) >= 11, families
-    assert {t["split"] for t in TASKS} == {"bench"} and DOMAIN.split == "bench"
-    assert len({t["id"] for t in TASKS}) == len(TASKS)
-
-
-def test_every_task_loads_and_names_real_tools_and_arguments():
-    for i, data in enumerate(TASKS):
-        loaded = load_task(data, f"auto_insurance#{i}", DOMAIN.policy)
-        assert loaded.policy == DOMAIN.policy
-        load_domain_task(data, f"auto_insurance#{i}")  # tables, columns and tools checked against the domain
-        assert loaded.checks.expected, data["id"]
-        for step in loaded.reference:
-            if step.tool:
-                assert step.tool in TOOLS, (data["id"], step.tool)
-                assert set(step.arguments) <= set(TOOLS[step.tool].argument_names), (data["id"], step)
-        assert any(step.tool and TOOLS[step.tool].kind == "write" for step in loaded.reference)
-
-
-def test_references_fit_the_scripted_user_and_need_the_private_facts():
+def test_task_policy_numbers_never_collide_with_the_base_or_each_other():
+    numbers = {p["policy_number"] for p in base_rows()["policies"]}
     for data in TASKS:
-        facts = data["user"]["private_facts"]
-        keywords = [k for fact in facts.values() for k in fact["keywords"]]
-        says = [s["say"] for s in data["reference"] if "say" in s]
-        assert data["reference"][-1] == {"say": says[-1]}, data["id"]
-        for question in says[:-1]:
-            assert "?" in question and any(k in question.lower() for k in keywords), (data["id"], question)
-        assert "?" not in says[-1] and not any(k in says[-1].lower() for k in keywords), (data["id"], says[-1])
-        asked = " ".join(says[:-1]).lower()
-        for name, fact in facts.items():
-            assert any(k in asked for k in fact["keywords"]), (data["id"], name)
-        opening = data["user"]["opening_message"]
-        assert facts["policy_number"]["value"] not in opening and facts["date_of_birth"]["value"] not in opening
-
-
-def test_task_rows_never_collide_with_base_rows():
-    base = base_rows()
-    base_keys = {table: {r["id"] for r in table_rows} for table, table_rows in base.items()}
-    numbers = {p["policy_number"] for p in base["policies"]}
-    for data in TASKS:
-        for table, table_rows in data["seed"]["rows"].items():
-            ids = [r["id"] for r in table_rows]
-            assert len(set(ids)) == len(ids) and base_keys.get(table, set()).isdisjoint(ids), (data["id"], table)
         number = seed_row(data, "policies")["policy_number"]
         assert number not in numbers, data["id"]
         numbers.add(number)
@@ -207,30 +96,6 @@ def test_cancellation_refund_is_pro_rated_less_the_fee():
         share = (Decimal(str(row["annual_premium"])) * (end - stop).days / (end - start).days)
         refund = share.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP) - 50
         assert Decimal(str(write_args(data, "issue_premium_refund")["amount"])) == refund > 0, data["id"]
-
-
-@pytest.mark.parametrize("family", sorted({t["family"] for t in TASKS}))
-def test_reference_passes_and_single_faults_fail(backend, runtime, family):
-    rt = runtime(task(family, 1))  # prepare_task fails unless the reference meets the task's checks
-    assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
-    mutations = mutate(rt.task.reference, TOOLS, DOMAIN.distractors)
-    assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
-    reference = replay(backend, rt, rt.task.reference)
-    for mutation in mutations:
-        final = replay(backend, rt, mutation.steps)
-        grade = grade_state(rt.initial, final, rt.expected, rt.volatile)
-        if grade.passed and same_changes(rt.initial, final, reference):
-            continue  # equivalent: a verification that fails by design, dropped or changed: no write
-        assert grade.passed is False, (rt.task.id, mutation.description)
-
-
-@pytest.mark.parametrize("family", ["claim_adjuster_review", "add_driver_underage", "identity_mismatch"])
-def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, family):
-    rt = runtime(task(family, 2))
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), None, 0, 0))
-    assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), None, 0, 0))
-    assert bad.outcome is Outcome.FAILURE
 
 
 def test_paying_a_large_claim_directly_fails_the_review_task(backend, runtime):

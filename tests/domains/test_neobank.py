@@ -1,20 +1,13 @@
 """The neobank domain: deterministic task generation, tasks the scripted user can play, policy
-arithmetic the references follow (limits, fees, dispute window), tools that fail clearly, and
-checks that pass the reference and fail the do-nothing agent and single faults."""
+arithmetic the references follow (limits, fees, dispute window), tools that fail clearly, and checks
+that pass the reference and fail the do-nothing agent and single faults. What every domain shares is
+in test_generated_tasks.py."""
 
-import asyncio
 import datetime as dt
 import json
 import re
-import time
-from collections import Counter
 from decimal import Decimal
 
-import pytest
-
-from tbx.backend import dump_state
-from tbx.backend.sqlite import SQLiteBackend
-from tbx.catalog import load_domain_task, prepare_task
 from tbx.domains import get_domain
 from tbx.domains.neobank.seed import (
     COMPLIANCE_REVIEW_AT,
@@ -25,17 +18,11 @@ from tbx.domains.neobank.seed import (
     base_rows,
     new_card_last4,
 )
-from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state, same_changes
-from tbx.grading.judge import EvidenceJudge
-from tbx.policies.reference import NullPolicy, OraclePolicy
-from tbx.tasks import load_task
-from tbx.tasks.mutations import mutate
-from tbx.tools.runtime import invoke
-from tbx.users.scripted import ScriptedUser
+from tbx.grading import grade_state
+
+from .harness import call, run_tools, state_row, without_identity
 
 BANK = get_domain("neobank")
-TOOLS = {spec.name: spec for spec in BANK.tools}
 TASKS = BANK.generate_tasks(0)
 
 
@@ -51,107 +38,14 @@ def rows(data: dict, table: str) -> list[dict]:
     return data["seed"]["rows"].get(table, [])
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    b = SQLiteBackend(str(tmp_path_factory.mktemp("neobank")))
-    yield b
-    b.close()
+def test_identity_is_verified_first():
+    assert all(data["reference"][1]["tool"] == "verify_customer" for data in TASKS)
 
 
-@pytest.fixture(scope="module")
-def runtime(backend):
-    cache = {}
-
-    def get(data: dict):
-        if data["id"] not in cache:
-            cache[data["id"]] = prepare_task(load_domain_task(data, data["id"]), backend)
-        return cache[data["id"]]
-
-    return get
-
-
-def run_tools(backend, rt, calls: list[tuple[str, dict]]):
-    """Run tool calls in order on a fresh clone of the task's template; return (results, final state)."""
-    db = backend.clone(rt.template)
-    try:
-        results = [invoke(TOOLS[name], db.engine, arguments) for name, arguments in calls]
-        return results, dump_state(db.engine, BANK.metadata)
-    finally:
-        backend.drop(db)
-
-
-def call(backend, rt, tool: str, **arguments):
-    results, state = run_tools(backend, rt, [(tool, arguments)])
-    return results[0], state
-
-
-def state_row(state: dict, table: str, row_id: int) -> dict:
-    return next(r for r in state[table]["rows"] if r["id"] == str(row_id))
-
-
-def without_identity(rt) -> tuple[list, tuple[str, ...]]:
-    """The task's expected changes and volatile names, apart from the identity record: these tests
-    call the tools by hand without verifying (tests/domains/test_identity_records.py covers it)."""
-    return [e for e in rt.expected if e.table != "identity_checks"], (*rt.volatile, "identity_checks")
-
-
-def test_generation_is_fast_deterministic_and_depends_on_the_seed():
-    start = time.perf_counter()
-    again = BANK.generate_tasks(0)
-    assert time.perf_counter() - start < 1.0
-    assert json.dumps(again, sort_keys=True) == json.dumps(TASKS, sort_keys=True)  # JSON types only
-    other = BANK.generate_tasks(1)
-    assert json.dumps(other, sort_keys=True) != json.dumps(TASKS, sort_keys=True)
-    assert {t["id"] for t in other}.isdisjoint({t["id"] for t in TASKS})
-    assert base_rows() == base_rows()
-
-
-def test_at_least_105_tasks_in_at_least_nine_families():
-    families = Counter(t["family"] for t in TASKS)
-    assert len(TASKS) >= 105 and len(families) >= 9, families
-    assert min(families.values()) >= 10, families
-    assert len({t["id"] for t in TASKS}) == len(TASKS)
-    assert {t["split"] for t in TASKS} == {"bench"} and BANK.split == "bench"
-
-
-def test_every_task_loads_and_names_real_tools_and_arguments():
-    for i, data in enumerate(TASKS):
-        loaded = load_task(data, f"neobank#{i}", BANK.policy)
-        assert loaded.domain == "neobank" and loaded.policy == BANK.policy
-        load_domain_task(data, f"neobank#{i}")
-        assert loaded.checks.expected, data["id"]
-        for step in loaded.reference:
-            if step.tool:
-                assert step.tool in TOOLS, (data["id"], step.tool)
-                assert set(step.arguments) <= set(TOOLS[step.tool].argument_names), (data["id"], step)
-        assert any(step.tool and TOOLS[step.tool].kind == "write" for step in loaded.reference)
-
-
-def test_references_fit_the_scripted_user_and_need_the_private_facts():
-    for data in TASKS:
-        facts = data["user"]["private_facts"]
-        keywords = [k for fact in facts.values() for k in fact["keywords"]]
-        says = [s["say"] for s in data["reference"] if "say" in s]
-        assert data["reference"][-1] == {"say": says[-1]}, data["id"]
-        for question in says[:-1]:
-            assert "?" in question and any(k in question.lower() for k in keywords), (data["id"], question)
-        assert "?" not in says[-1] and not any(k in says[-1].lower() for k in keywords), (data["id"], says[-1])
-        assert data["reference"][1]["tool"] == "verify_customer", data["id"]  # identity comes first
-        asked = " ".join(says[:-1]).lower()
-        for name, fact in facts.items():
-            assert any(k in asked for k in fact["keywords"]), (data["id"], name)
-        opening = data["user"]["opening_message"]
-        assert all(str(facts[n]["value"]) not in opening for n in ("customer_number", "date_of_birth", "card_last4"))
-
-
-def test_task_rows_never_collide_with_base_rows():
+def test_task_numbers_never_collide_with_the_base():
     base = base_rows()
-    base_keys = {table: {r["id"] for r in table_rows} for table, table_rows in base.items()}
     numbers = {c["customer_number"] for c in base["customers"]} | {a["account_number"] for a in base["accounts"]}
     for data in TASKS:
-        for table, table_rows in data["seed"]["rows"].items():
-            ids = [r["id"] for r in table_rows]
-            assert len(set(ids)) == len(ids) and base_keys.get(table, set()).isdisjoint(ids), (data["id"], table)
         own = {c["customer_number"] for c in rows(data, "customers")} | {a["account_number"]
                                                                         for a in rows(data, "accounts")}
         assert own.isdisjoint(numbers), data["id"]
@@ -227,31 +121,6 @@ def test_disputes_only_for_recent_card_payments():
         writes(d, "file_dispute") or writes(d, "open_support_case"))[0]["transaction_id"])["posted_on"])).days
         for d in (task("dispute_card_transaction", 1), task("dispute_ineligible", 0))]
     assert ages == [DISPUTE_WINDOW_DAYS, DISPUTE_WINDOW_DAYS + 1]  # both sides of the boundary
-
-
-@pytest.mark.parametrize("family", sorted({t["family"] for t in TASKS}))
-def test_reference_passes_and_single_faults_fail(backend, runtime, family):
-    rt = runtime(task(family, 1))
-    assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
-    mutations = mutate(rt.task.reference, TOOLS, BANK.distractors)
-    assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
-    _, reference = run_tools(backend, rt, [(s.tool, s.arguments) for s in rt.task.reference if s.tool])
-    for mutation in mutations:
-        _, final = run_tools(backend, rt, [(s.tool, s.arguments) for s in mutation.steps if s.tool])
-        passed = grade_state(rt.initial, final, rt.expected, rt.volatile).passed
-        if passed and same_changes(rt.initial, final, reference):
-            continue  # equivalent: a verification that fails by design, dropped or changed: no write
-        assert passed is False, mutation.description
-
-
-@pytest.mark.parametrize("family", ["transfer_capped_by_limit", "new_payee_transfer", "identity_mismatch"])
-def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, family):
-    rt = runtime(task(family, 2))
-    judge = EvidenceJudge()  # the default: transfer_capped_by_limit has a judge rule
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0))
-    assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), judge, 0, 0))
-    assert bad.outcome is Outcome.FAILURE
 
 
 # --- tools, through invoke on a clone of a task's template -------------------------------------

@@ -1,19 +1,11 @@
 """The retail domain: deterministic task generation, tasks the scripted user can play, policy
 arithmetic the references follow, tools that fail clearly, and checks that pass the reference and
-fail the do-nothing agent and single faults."""
+fail the do-nothing agent and single faults. What every domain shares is in test_generated_tasks.py."""
 
-import asyncio
 import json
 import re
-import time
-from collections import Counter
 from decimal import Decimal
 
-import pytest
-
-from tbx.backend import dump_state
-from tbx.backend.sqlite import SQLiteBackend
-from tbx.catalog import load_domain_task, prepare_task
 from tbx.domains import get_domain
 from tbx.domains.retail.seed import (
     GOODWILL_APPROVAL_ABOVE,
@@ -24,16 +16,11 @@ from tbx.domains.retail.seed import (
     base_rows,
     variant_rows,
 )
-from tbx.episodes import Outcome, run_episode
-from tbx.grading import grade_state, same_changes
-from tbx.policies.reference import NullPolicy, OraclePolicy
-from tbx.tasks import load_task
-from tbx.tasks.mutations import mutate
-from tbx.tools.runtime import invoke
-from tbx.users.scripted import ScriptedUser
+from tbx.grading import grade_state
+
+from .harness import call, run_tools, without_identity
 
 RETAIL = get_domain("retail")
-TOOLS = {spec.name: spec for spec in RETAIL.tools}
 TASKS = RETAIL.generate_tasks(0)
 VARIANTS = {v["id"]: v for v in variant_rows()}
 CATEGORY = {p["id"]: p["category"] for p in base_rows()["products"]}
@@ -47,111 +34,22 @@ def writes(data: dict, tool: str) -> list[dict]:
     return [s["arguments"] for s in data["reference"] if s.get("tool") == tool]
 
 
-@pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    b = SQLiteBackend(str(tmp_path_factory.mktemp("retail")))
-    yield b
-    b.close()
-
-
-@pytest.fixture(scope="module")
-def runtime(backend):
-    """Prepared runtimes by task id (template built once per task, reference checked)."""
-    cache = {}
-
-    def get(data: dict):
-        if data["id"] not in cache:
-            cache[data["id"]] = prepare_task(load_domain_task(data, data["id"]), backend)
-        return cache[data["id"]]
-
-    return get
-
-
-def run_tools(backend, rt, calls: list[tuple[str, dict]]):
-    """Run tool calls in order on a fresh clone of the task's template; return (results, final state)."""
-    db = backend.clone(rt.template)
-    try:
-        results = [invoke(TOOLS[name], db.engine, arguments) for name, arguments in calls]
-        return results, dump_state(db.engine, RETAIL.metadata)
-    finally:
-        backend.drop(db)
-
-
-def call(backend, rt, tool: str, **arguments):
-    results, state = run_tools(backend, rt, [(tool, arguments)])
-    return results[0], state
-
-
-def without_identity(rt) -> tuple[list, tuple[str, ...]]:
-    """The task's expected changes and volatile names, apart from the identity record: these tests
-    call the tools by hand without verifying (tests/domains/test_identity_records.py covers it)."""
-    return [e for e in rt.expected if e.table != "identity_checks"], (*rt.volatile, "identity_checks")
-
-
-def test_generation_is_fast_deterministic_and_depends_on_the_seed():
-    start = time.perf_counter()
-    again = RETAIL.generate_tasks(0)
-    assert time.perf_counter() - start < 1.0
-    assert json.dumps(again, sort_keys=True) == json.dumps(TASKS, sort_keys=True)  # JSON types only
-    other = RETAIL.generate_tasks(1)
-    assert json.dumps(other, sort_keys=True) != json.dumps(TASKS, sort_keys=True)
-    assert {t["id"] for t in other}.isdisjoint({t["id"] for t in TASKS})
-    assert base_rows() == base_rows()
-
-
-def test_at_least_105_tasks_in_at_least_nine_families():
-    families = Counter(t["family"] for t in TASKS)
-    assert len(TASKS) >= 105 and len(families) >= 9, families
-    assert min(families.values()) >= 10, families
-    assert len({t["id"] for t in TASKS}) == len(TASKS)
-    assert {t["split"] for t in TASKS} == {"bench"} and RETAIL.split == "bench"
-
-
-def test_every_task_loads_and_names_real_tools_and_arguments():
-    for i, data in enumerate(TASKS):
-        loaded = load_task(data, f"retail#{i}", RETAIL.policy)
-        assert loaded.domain == "retail" and loaded.policy == RETAIL.policy
-        load_domain_task(data, f"retail#{i}")  # tables, columns and tools checked against the domain
-        assert loaded.checks.expected, data["id"]
-        for step in loaded.reference:
-            if step.tool:
-                assert step.tool in TOOLS, (data["id"], step.tool)
-                assert set(step.arguments) <= set(TOOLS[step.tool].argument_names), (data["id"], step)
-        assert any(step.tool and TOOLS[step.tool].kind == "write" for step in loaded.reference)
-
-
-def test_references_fit_the_scripted_user_and_need_the_private_facts():
+def test_identity_facts_come_before_any_look_up_and_a_mismatch_offers_one_proof():
     for data in TASKS:
-        facts = data["user"]["private_facts"]
-        keywords = [k for fact in facts.values() for k in fact["keywords"]]
-        says = [s["say"] for s in data["reference"] if "say" in s]
-        assert data["reference"][-1] == {"say": says[-1]}, data["id"]
-        for question in says[:-1]:
-            assert "?" in question and any(k in question.lower() for k in keywords), (data["id"], question)
-        assert "?" not in says[-1] and not any(k in says[-1].lower() for k in keywords), (data["id"], says[-1])
         first_tool = next(i for i, s in enumerate(data["reference"]) if "tool" in s)
         assert first_tool == 1, data["id"]  # identity facts are asked for before anything is looked up
-        asked = " ".join(says[:-1]).lower()
-        for name, fact in facts.items():
-            assert any(k in asked for k in fact["keywords"]), (data["id"], name)
-        opening = data["user"]["opening_message"]
-        assert not any(str(fact["value"]) in opening for fact in facts.values()), data["id"]
         verified = any(e["table"] == "identity_checks" for e in data["checks"]["expected"])
         if data["family"] == "identity_mismatch" and not verified:  # one proof only, and it is wrong
-            assert len({"zip_code", "order_number"} & set(facts)) == 1, data["id"]
+            assert len({"zip_code", "order_number"} & set(data["user"]["private_facts"])) == 1, data["id"]
 
 
-def test_task_rows_never_collide_with_base_rows():
+def test_task_orders_and_customers_never_collide_with_the_base():
     base = base_rows()
-    base_keys = {table: {r["id"] for r in rows} for table, rows in base.items()}
     numbers = {o["order_number"] for o in base["orders"]}
     emails = {c["email"] for c in base["customers"]}
     for data in TASKS:
         rows = data["seed"]["rows"]
         assert "variants" not in rows and "products" not in rows  # the catalog is shared base data
-        for table, table_rows in rows.items():
-            ids = [r["id"] for r in table_rows]
-            assert len(set(ids)) == len(ids) and base_keys.get(table, set()).isdisjoint(ids), (data["id"], table)
         assert numbers.isdisjoint(o["order_number"] for o in rows["orders"]), data["id"]
         assert emails.isdisjoint(c["email"] for c in rows["customers"]), data["id"]
 
@@ -230,30 +128,6 @@ def test_statuses_match_what_each_family_may_do():
             assert status == "shipped", data["id"]
         else:
             assert status == "delivered", data["id"]
-
-
-@pytest.mark.parametrize("family", sorted({t["family"] for t in TASKS}))
-def test_reference_passes_and_single_faults_fail(backend, runtime, family):
-    rt = runtime(task(family, 1))  # prepare_task fails unless the reference meets the task's checks
-    assert grade_state(rt.initial, rt.initial, rt.expected, rt.volatile).passed is False
-    mutations = mutate(rt.task.reference, TOOLS, RETAIL.distractors)
-    assert {m.kind for m in mutations} >= {"drop_write", "extra_write"}
-    _, reference = run_tools(backend, rt, [(s.tool, s.arguments) for s in rt.task.reference if s.tool])
-    for mutation in mutations:
-        _, final = run_tools(backend, rt, [(s.tool, s.arguments) for s in mutation.steps if s.tool])
-        passed = grade_state(rt.initial, final, rt.expected, rt.volatile).passed
-        if passed and same_changes(rt.initial, final, reference):
-            continue  # equivalent: a verification that fails by design, dropped or changed: no write
-        assert passed is False, mutation.description
-
-
-@pytest.mark.parametrize("family", ["exchange_unavailable", "goodwill_needs_approval", "identity_mismatch"])
-def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, family):
-    rt = runtime(task(family, 2))
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), None, 0, 0))
-    assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), None, 0, 0))
-    assert bad.outcome is Outcome.FAILURE
 
 
 # --- tools, through invoke on a clone of a task's template -------------------------------------

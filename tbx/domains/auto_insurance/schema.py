@@ -9,6 +9,8 @@ is a record the checks require where a task verifies its caller.
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table, support_cases_table
+
 metadata = MetaData()
 
 policyholders = Table(
@@ -145,24 +147,17 @@ premium_refunds = Table(
     Column("reason", String(200)),
 )
 
-support_cases = Table(
-    "support_cases", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+support_cases = support_cases_table(
+    metadata,
     Column("policyholder_id", Integer, ForeignKey("policyholders.id"), nullable=False),
     Column("policy_id", Integer, ForeignKey("policies.id"), nullable=False),
-    Column("category", String(40), nullable=False),
-    Column("status", String(10), nullable=False),  # open
-    Column("summary", String(400)),
+    autoincrement=True,
 )
 
-identity_checks = Table(  # one row per policyholder the agent verified (policy.md)
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True),
+# one row per policyholder the agent verified (policy.md)
+identity_checks = identity_checks_table(
+    metadata,
     Column("policyholder_id", Integer, ForeignKey("policyholders.id"), nullable=False),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata)

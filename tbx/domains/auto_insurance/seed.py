@@ -15,6 +15,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from typing import Any
 
+from tbx.domains.kit import IdPool
+
 Row = dict[str, Any]
 
 TODAY = dt.date(2026, 6, 15)
@@ -143,20 +145,6 @@ def driver(rng: random.Random, driver_id: int, policy_id: int, person: Row) -> R
 
 def license_number(rng: random.Random) -> str:
     return f"{rng.choice('ABCDEFGHJKLMNPRSTUVWXYZ')}{rng.randrange(10**7, 10**8)}"
-
-
-class IdPool:
-    """Fresh ids for one task's own rows, above the base-seed ranges."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.taken = rng, set()
-
-    def __call__(self, low: int, high: int) -> int:
-        while True:
-            value = self.rng.randrange(low, high)
-            if value not in self.taken:
-                self.taken.add(value)
-                return value
 
 
 def customer(rng: random.Random, ids: IdPool, used: set[str], kinds: tuple[str, ...], cars: int = 2) -> dict:

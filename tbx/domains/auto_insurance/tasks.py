@@ -15,6 +15,7 @@ import datetime as dt
 import random
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from tbx.domains.auto_insurance.seed import (
@@ -28,7 +29,6 @@ from tbx.domains.auto_insurance.seed import (
     REVIEW_THRESHOLD,
     TODAY,
     VEHICLE_PREMIUM,
-    IdPool,
     Row,
     age_on_today,
     birth_date_for_age,
@@ -41,6 +41,7 @@ from tbx.domains.auto_insurance.seed import (
     used_policy_numbers,
     vin,
 )
+from tbx.domains.kit import IdPool, ask_for, bench_tasks, call, insert_change, private_facts, update_change
 
 INSTANCES_PER_FAMILY = 11
 KEYWORDS = {
@@ -72,32 +73,12 @@ WHAT_HAPPENED = {"collision": "a collision", "hail": "hail damage", "theft": "a 
                  "vandalism": "vandalism", "flood": "flood damage", "fire": "fire damage",
                  "animal_strike": "hitting a deer", "glass": "a cracked windshield"}
 Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
+_facts = partial(private_facts, KEYWORDS)
+_ask = partial(ask_for, ASKS)
 
 
 def _usd(amount: Any) -> str:
     return f"${float(amount):,.2f}"
-
-
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
-def _ask(*names: str) -> dict:
-    parts = [ASKS[n] for n in names]
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return {"say": f"I can help with that. Could you please give me {listed}?"}
-
-
-def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
-
-
-def _insert(table: str, **values: Any) -> dict:
-    return {"op": "insert", "table": table, "values": values}
-
-
-def _update(table: str, row_id: int, **values: Any) -> dict:
-    return {"op": "update", "table": table, "key": {"id": row_id}, "values": values}
 
 
 def _who(rows: dict) -> tuple[Row, Row]:
@@ -116,7 +97,7 @@ def _task(person: Row, instructions: str, opening: str, facts: dict, rows: dict,
           expected: list, persona: str = "", verified: bool = True) -> Built:
     """A task's record; `verified`: the reference verifies the policyholder, which leaves an identity record."""
     if verified:
-        expected = [_insert("identity_checks", policyholder_id=person["id"]), *expected]
+        expected = [insert_change("identity_checks", policyholder_id=person["id"]), *expected]
     return {"persona": persona or f"{person['first_name']} {person['last_name']}, a Harborline Mutual "
                                   f"policyholder in {person['city']}, {person['state']}.",
             "instructions": instructions, "facts": facts, "opening": opening, "rows": rows,
@@ -131,8 +112,8 @@ def _second_item(rng: random.Random, index: int, person: Row, number: str, field
     value = (f"+1-555-{rng.randrange(200, 999)}-{rng.randrange(10000):04d}" if field == "phone" else
              f"{person['first_name'].lower()}.{person['last_name'].lower()}@post.example")
     return {"facts": {f"new_{field}": value}, "ask": (f"new_{field}",),
-            "steps": [_call("update_contact", policy_number=number, field=field, value=value)],
-            "expected": [_update("policyholders", person["id"], **{field: value})],
+            "steps": [call("update_contact", policy_number=number, field=field, value=value)],
+            "expected": [update_change("policyholders", person["id"], **{field: value})],
             "said": " Your contact details are updated too.",
             "opening": f" Also, my {'phone number' if field == 'phone' else 'email address'} has changed."}
 
@@ -167,30 +148,30 @@ def _claim_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
     number, when, estimate = row["policy_number"], day(-days), rng.randrange(24, 300) * 50
     unsure = index % 3 == 2  # not sure it was reported already: the agent checks the policy's claims first
     steps = [_ask("policy_number", "date_of_birth", "incident_date", "estimated_damage"),
-             _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             _call("get_policy", policy_number=number), *([_call("list_claims", policy_number=number)] if unsure else [])]
+             call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
+             call("get_policy", policy_number=number), *([call("list_claims", policy_number=number)] if unsure else [])]
     if kind == "file_claim":
         cover = _cover(rows, COVERAGE_FOR[incident])
         if index % 4 == 3:  # a car worth less than the repair: the limit caps the reserve
             cover["limit_amount"] = max(1000, estimate - cover["deductible"] - rng.randrange(2, 20) * 100)
         reserve = settlement(estimate, cover["deductible"], cover["limit_amount"])
-        steps += [_call("file_claim", policy_number=number, vehicle_id=car["id"], incident_type=incident,
+        steps += [call("file_claim", policy_number=number, vehicle_id=car["id"], incident_type=incident,
                         coverage_type=cover["coverage_type"], incident_date=when, estimated_damage=estimate,
                         reserve=reserve, description=f"{WHAT_HAPPENED[incident]} to the {_car(car)}"),
                   {"say": f"Your claim for the {_car(car)} is filed under your {cover['coverage_type']} coverage "
                           f"with a reserve of {_usd(reserve)}. A claims specialist will be in touch."}]
-        expected = [_insert("claims", policy_id=row["id"], vehicle_id=car["id"], incident_type=incident,
+        expected = [insert_change("claims", policy_id=row["id"], vehicle_id=car["id"], incident_type=incident,
                             coverage_type=cover["coverage_type"], incident_date=when,
                             reported_date=TODAY.isoformat(), estimated_damage=estimate, reserve=reserve,
                             assessed_damage=None, status="open")]
     else:
-        steps += [_call("open_support_case", policy_number=number, category=kind,
+        steps += [call("open_support_case", policy_number=number, category=kind,
                         summary=f"Caller reported {WHAT_HAPPENED[incident]} to the {_car(car)}; not eligible."),
                   {"say": "I'm sorry, this loss cannot be filed as a claim under our rules "
                           + ("because it was reported more than 30 days after it happened. "
                              if kind == "claim_late_report" else "because the policy does not cover it. ")
                           + "I opened a case so that a claims specialist can follow up with you."}]
-        expected = [_insert("support_cases", policyholder_id=person["id"], policy_id=row["id"], category=kind,
+        expected = [insert_change("support_cases", policyholder_id=person["id"], policy_id=row["id"], category=kind,
                             status="open")]
     return _task(person, f"Report {WHAT_HAPPENED[incident]} to your {_car(car)} on {when} and have a claim "
                          f"opened. If the agent says it cannot be filed, accept that.",
@@ -236,26 +217,26 @@ def _settle_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     number = row["policy_number"]
     held = {} if index % 3 == 1 else {"claim_number": claim["id"]}  # else the agent finds the claim on the policy
     steps = [_ask("policy_number", "date_of_birth", *held),
-             _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             *([] if held else [_call("list_claims", policy_number=number)]),
-             _call("get_claim", claim_id=claim["id"]), _call("get_policy", policy_number=number)]
+             call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
+             *([] if held else [call("list_claims", policy_number=number)]),
+             call("get_claim", claim_id=claim["id"]), call("get_policy", policy_number=number)]
     if kind == "claim_payout":
-        steps += [_call("record_payout", claim_id=claim["id"], amount=payout, note="assessed less deductible"),
+        steps += [call("record_payout", claim_id=claim["id"], amount=payout, note="assessed less deductible"),
                   {"say": f"Your claim is settled: {_usd(payout)} is paid to you (the appraised damage less your "
                           f"{_usd(cover['deductible'])} deductible, within the coverage limit)."}]
-        expected = [_insert("payouts", claim_id=claim["id"], amount=payout, status="issued"),
-                    _update("claims", claim["id"], status="paid")]
+        expected = [insert_change("payouts", claim_id=claim["id"], amount=payout, status="issued"),
+                    update_change("claims", claim["id"], status="paid")]
     else:
         adjuster = next(a for a in ADJUSTERS if a[2] == person["state"] and a[3] == "active")
-        steps += [_call("list_adjusters", state=person["state"]),
-                  _call("request_adjuster_review", claim_id=claim["id"], adjuster_id=adjuster[0], amount=payout,
+        steps += [call("list_adjusters", state=person["state"]),
+                  call("request_adjuster_review", claim_id=claim["id"], adjuster_id=adjuster[0], amount=payout,
                         reason="payout above the review threshold"),
                   {"say": f"The payout on your claim comes to {_usd(payout)}, which is above the amount I can pay "
                           f"directly, so I sent it to {adjuster[1]}, your adjuster, for review. They will "
                           f"contact you."}]
-        expected = [_insert("adjuster_reviews", claim_id=claim["id"], adjuster_id=adjuster[0], amount=payout,
+        expected = [insert_change("adjuster_reviews", claim_id=claim["id"], adjuster_id=adjuster[0], amount=payout,
                             status="pending"),
-                    _update("claims", claim["id"], status="under_review")]
+                    update_change("claims", claim["id"], status="under_review")]
     return _task(person, f"The appraiser has finished with your claim for {WHAT_HAPPENED[incident]} to your "
                          f"{_car(car)}. Get it paid. If a review is needed, accept that.",
                  f"Hello, the appraiser finished looking at my {_car(car)} after {WHAT_HAPPENED[incident]}. "
@@ -289,25 +270,25 @@ def _driver_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     details = dict(first_name=first, last_name=last, date_of_birth=born, license_number=licence)
     also = _second_item(rng, index, person, number, "phone")
     steps = [_ask("policy_number", "date_of_birth", "driver_name", "driver_birth_date", "driver_license", *also["ask"]),
-             _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             _call("get_policy", policy_number=number)]
+             call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
+             call("get_policy", policy_number=number)]
     if kind == "add_driver":
         change = next(fee for start, fee in reversed(DRIVER_PREMIUM) if age >= start)
         premium = money(Decimal(str(row["annual_premium"])) + change)
-        steps += [_call("add_driver", policy_number=number, **details, premium_change=change), *also["steps"],
+        steps += [call("add_driver", policy_number=number, **details, premium_change=change), *also["steps"],
                   {"say": f"{first} {last} is now a driver on your policy from today; your annual premium "
                           f"rises by {_usd(change)} to {_usd(premium)}.{also['said']}"}]
-        expected = [_insert("drivers", policy_id=row["id"], **details, status="active"),
-                    _insert("endorsements", policy_id=row["id"], kind="add_driver",
+        expected = [insert_change("drivers", policy_id=row["id"], **details, status="active"),
+                    insert_change("endorsements", policy_id=row["id"], kind="add_driver",
                             effective_date=TODAY.isoformat(), premium_change=change, vehicle_id=None),
-                    _update("policies", row["id"], annual_premium=premium)]
+                    update_change("policies", row["id"], annual_premium=premium)]
     else:
-        steps += [_call("refer_to_underwriting", policy_number=number, **details, reason="driver under 21"),
+        steps += [call("refer_to_underwriting", policy_number=number, **details, reason="driver under 21"),
                   *also["steps"],
                   {"say": f"Because {first} is under 21, I cannot add them myself. I referred the request to "
                           f"underwriting, who will decide and contact you; your policy is unchanged for now."
                           f"{also['said']}"}]
-        expected = [_insert("underwriting_referrals", policy_id=row["id"], **details, status="pending")]
+        expected = [insert_change("underwriting_referrals", policy_id=row["id"], **details, status="pending")]
     return _task(person, f"Add {first} {last} (born {born}) as a driver on your policy. If the agent says "
                          f"underwriting must decide, accept that." + (" Also have your phone number updated."
                                                                       if also["ask"] else ""),
@@ -331,17 +312,17 @@ def _vehicle_family(rng: random.Random, used: set[str], index: int, kind: str) -
     premium = money(Decimal(str(row["annual_premium"])) + change)
     also = _second_item(rng, index, person, number, "email")
     steps = [_ask("policy_number", "date_of_birth", "vin", *also["ask"]),
-             _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             _call("get_policy", policy_number=number),
-             _call("add_vehicle", policy_number=number, vin=code, year=year, make=make, model=model,
+             call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
+             call("get_policy", policy_number=number),
+             call("add_vehicle", policy_number=number, vin=code, year=year, make=make, model=model,
                    premium_change=change), *also["steps"],
              {"say": f"Your {year} {make} {model} is on the policy from today. Your annual premium rises by "
                      f"{_usd(change)} to {_usd(premium)}.{also['said']}"}]
-    expected = [_insert("vehicles", policy_id=row["id"], vin=code, year=year, make=make, model=model,
+    expected = [insert_change("vehicles", policy_id=row["id"], vin=code, year=year, make=make, model=model,
                         status="active"),
-                _insert("endorsements", policy_id=row["id"], kind="add_vehicle", effective_date=TODAY.isoformat(),
+                insert_change("endorsements", policy_id=row["id"], kind="add_vehicle", effective_date=TODAY.isoformat(),
                         premium_change=change, driver_id=None),
-                _update("policies", row["id"], annual_premium=premium)]
+                update_change("policies", row["id"], annual_premium=premium)]
     return _task(person, f"Add the {year} {make} {model} you just bought to your policy."
                          + (" Also have your email address updated." if also["ask"] else ""),
                  f"Hello, I just bought a {year} {make} {model} and want it on my policy." + also["opening"],
@@ -361,14 +342,14 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     number = row["policy_number"]
     also = _second_item(rng, index, person, number, "email")
     steps = [_ask("policy_number", "date_of_birth", "cancellation_date", *also["ask"]),
-             _call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
-             _call("get_policy", policy_number=number), *also["steps"],
-             _call("cancel_policy", policy_number=number, cancellation_date=when, reason="switching insurer"),
-             _call("issue_premium_refund", policy_number=number, amount=refund, reason="pro-rated premium"),
+             call("verify_policyholder", policy_number=number, date_of_birth=person["date_of_birth"]),
+             call("get_policy", policy_number=number), *also["steps"],
+             call("cancel_policy", policy_number=number, cancellation_date=when, reason="switching insurer"),
+             call("issue_premium_refund", policy_number=number, amount=refund, reason="pro-rated premium"),
              {"say": f"Your policy ends on {when}. You get {_usd(refund)} back: the unused {remaining} of "
                      f"{term} days of your premium less the {_usd(CANCELLATION_FEE)} fee.{also['said']}"}]
-    expected = [_update("policies", row["id"], status="cancelled", cancellation_date=when),
-                _insert("premium_refunds", policy_id=row["id"], amount=refund, status="issued"), *also["expected"]]
+    expected = [update_change("policies", row["id"], status="cancelled", cancellation_date=when),
+                insert_change("premium_refunds", policy_id=row["id"], amount=refund, status="issued"), *also["expected"]]
     rule = {"id": "told_refund", "rule": "The agent told the caller how much premium is refunded.",
             "evidence": [_usd(refund)]}
     return {"judge": [rule]} | _task(person, f"Cancel your car insurance as of {when} (you are switching insurers) and get the "
@@ -397,8 +378,8 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
             rows[table] = rows[table] + extra
         mine = own["policies"][0]["policy_number"]
         steps = [_ask("policy_number", "date_of_birth"),
-                 _call("verify_policyholder", policy_number=mine, date_of_birth=partner["date_of_birth"]),
-                 _call("get_policy", policy_number=row["policy_number"]),
+                 call("verify_policyholder", policy_number=mine, date_of_birth=partner["date_of_birth"]),
+                 call("get_policy", policy_number=row["policy_number"]),
                  {"say": "I'm sorry, but I can't make that change under our policy: only the policyholder may act "
                          "on a policy, and that policy is your partner's, not yours."}]
         return _task(partner, f"You want to {request} {row['policy_number']}, which is your partner's. Give your "
@@ -407,15 +388,15 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
                      _facts(policy_number=mine, date_of_birth=partner["date_of_birth"]), rows, steps, [],
                      persona=persona)
     steps = [_ask("policy_number", "date_of_birth"),
-             _call("verify_policyholder", policy_number=row["policy_number"], date_of_birth=wrong),
-             _call("open_support_case", policy_number=row["policy_number"], category="identity_verification_failed",
+             call("verify_policyholder", policy_number=row["policy_number"], date_of_birth=wrong),
+             call("open_support_case", policy_number=row["policy_number"], category="identity_verification_failed",
                    summary=f"Caller could not be verified while asking to {request}."),
              {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "
                      "I have logged this for our service team."}]
     return _task(person, f"You are the policyholder's partner and want to {request}. Give your own details "
                          f"when asked.", f"Hi, I'm calling to {request} on our car insurance.",
                  _facts(policy_number=row["policy_number"], date_of_birth=wrong), rows, steps,
-                 [_insert("support_cases", policyholder_id=person["id"], policy_id=row["id"],
+                 [insert_change("support_cases", policyholder_id=person["id"], policy_id=row["id"],
                           category="identity_verification_failed", status="open")],
                  persona=persona, verified=False)
 
@@ -436,20 +417,4 @@ FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
 
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All auto insurance tasks for `seed`: INSTANCES_PER_FAMILY of every family, same seed → same tasks."""
-    rng = random.Random(seed)
-    used = used_policy_numbers()
-    tasks = []
-    for family, build in FAMILIES.items():
-        for index in range(INSTANCES_PER_FAMILY):
-            built = build(rng, used, index, family)
-            tasks.append({
-                "id": f"auto_insurance/{family}/s{seed}-{index:02d}", "domain": "auto_insurance",
-                "split": "bench", "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
-                "turn_limit": 30,
-            })
-    return tasks
+    return bench_tasks("auto_insurance", FAMILIES, seed, INSTANCES_PER_FAMILY, used_policy_numbers())

@@ -7,8 +7,7 @@ under-21 referral live in policy.md and are the agent's to follow: the tools wou
 agent break them, which is exactly what a task checks.
 """
 
-import datetime as dt
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
@@ -30,17 +29,13 @@ from tbx.domains.auto_insurance.schema import (
     vehicles,
 )
 from tbx.domains.auto_insurance.seed import COVERAGE_FOR, TODAY, VIN_ALPHABET
+from tbx.domains.kit import fetch_one, fetch_rows, parse_date, parse_money, require_text
 from tbx.tools import ToolFailure, record_once, tool
 
 CONTACT_FIELDS = ("phone", "email", "street")
 COVERAGE_TYPES = ("liability", "collision", "comprehensive", "rental")
 CASE_CATEGORIES = ("claim_late_report", "claim_not_covered", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
-
-
-def _rows(db, query) -> list[dict]:
-    return [dict(r) for r in db.execute(query).mappings()]
 
 
 def _policy(db, policy_number: str) -> dict:
@@ -59,10 +54,7 @@ def _active_policy(db, policy_number: str) -> dict:
 
 
 def _claim(db, claim_id: int) -> dict:
-    row = db.execute(select(claims).where(claims.c.id == claim_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"claim {claim_id} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
+    return fetch_one(db, claims, claim_id, "claim")
 
 
 def _open_claim(db, claim_id: int) -> dict:
@@ -70,33 +62,6 @@ def _open_claim(db, claim_id: int) -> dict:
     if row["status"] != "open":
         raise ToolFailure(f"claim {claim_id} is {row['status']}, not open")
     return row
-
-
-def _date(value: str, name: str) -> str:
-    try:
-        return dt.date.fromisoformat(value.strip()).isoformat()
-    except ValueError as exc:
-        raise ToolFailure(f"{name} {value!r} is not a date; give YYYY-MM-DD") from exc
-
-
-def _money(amount: float, name: str = "amount", allow_zero: bool = False) -> Decimal:
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"{name} {amount!r} is not a number") from exc
-    if not value.is_finite() or value < 0 or (value == 0 and not allow_zero):
-        raise ToolFailure(f"{name} must be a number {'of at least' if allow_zero else 'greater than'} zero")
-    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
-        raise ToolFailure(f"{name} {amount} is too large")
-    if value != value.quantize(Decimal("0.01")):
-        raise ToolFailure(f"{name} {amount} has more than two decimals; give dollars and cents")
-    return value
-
-
-def _text(value: str, name: str) -> str:
-    if not value.strip():
-        raise ToolFailure(f"{name} must not be empty")
-    return value.strip()
 
 
 def _log(db, event: str) -> None:
@@ -134,10 +99,10 @@ def get_policy(db, policy_number: str) -> dict:
     row = _policy(db, policy_number)
     state = db.execute(select(policyholders.c.state).where(policyholders.c.id == row["policyholder_id"])).scalar()
     row["policyholder_state"] = state
-    row["coverages"] = _rows(db, select(coverages).where(coverages.c.policy_id == row["id"])
+    row["coverages"] = fetch_rows(db, select(coverages).where(coverages.c.policy_id == row["id"])
                              .order_by(coverages.c.id))
-    row["vehicles"] = _rows(db, select(vehicles).where(vehicles.c.policy_id == row["id"]).order_by(vehicles.c.id))
-    row["drivers"] = _rows(db, select(drivers).where(drivers.c.policy_id == row["id"]).order_by(drivers.c.id))
+    row["vehicles"] = fetch_rows(db, select(vehicles).where(vehicles.c.policy_id == row["id"]).order_by(vehicles.c.id))
+    row["drivers"] = fetch_rows(db, select(drivers).where(drivers.c.policy_id == row["id"]).order_by(drivers.c.id))
     return row
 
 
@@ -150,7 +115,7 @@ def list_claims(db, policy_number: str) -> list[dict]:
     """
     row = _policy(db, policy_number)
     keep = (claims.c.id, claims.c.vehicle_id, claims.c.incident_type, claims.c.incident_date, claims.c.status)
-    return _rows(db, select(*keep).where(claims.c.policy_id == row["id"]).order_by(claims.c.id))
+    return fetch_rows(db, select(*keep).where(claims.c.policy_id == row["id"]).order_by(claims.c.id))
 
 
 @tool("read")
@@ -163,8 +128,8 @@ def get_claim(db, claim_id: int) -> dict:
     row = _claim(db, claim_id)
     row["policy_number"] = db.execute(select(policies.c.policy_number).where(policies.c.id == row["policy_id"])
                                       ).scalar()
-    row["payouts"] = _rows(db, select(payouts).where(payouts.c.claim_id == claim_id).order_by(payouts.c.id))
-    row["adjuster_reviews"] = _rows(db, select(adjuster_reviews).where(adjuster_reviews.c.claim_id == claim_id)
+    row["payouts"] = fetch_rows(db, select(payouts).where(payouts.c.claim_id == claim_id).order_by(payouts.c.id))
+    row["adjuster_reviews"] = fetch_rows(db, select(adjuster_reviews).where(adjuster_reviews.c.claim_id == claim_id)
                                     .order_by(adjuster_reviews.c.id))
     return row
 
@@ -176,7 +141,7 @@ def list_adjusters(db, state: str) -> list[dict]:
     Args:
         state: Two-letter state code, e.g. "MA".
     """
-    return _rows(db, select(adjusters).where(adjusters.c.state == state.strip().upper()).order_by(adjusters.c.id))
+    return fetch_rows(db, select(adjusters).where(adjusters.c.state == state.strip().upper()).order_by(adjusters.c.id))
 
 
 @tool("write", free_args=("description",))
@@ -204,9 +169,9 @@ def file_claim(db, policy_number: str, vehicle_id: int, incident_type: str, cove
     if car is None or car["policy_id"] != row["id"]:
         raise ToolFailure(f"vehicle {vehicle_id} is not on policy {row['policy_number']}")
     values = dict(policy_id=row["id"], vehicle_id=vehicle_id, incident_type=incident_type,
-                  coverage_type=coverage_type, incident_date=_date(incident_date, "incident_date"),
-                  reported_date=TODAY.isoformat(), estimated_damage=_money(estimated_damage, "estimated_damage"),
-                  reserve=_money(reserve, "reserve", allow_zero=True), status="open",
+                  coverage_type=coverage_type, incident_date=parse_date(incident_date, "incident_date"),
+                  reported_date=TODAY.isoformat(), estimated_damage=parse_money(estimated_damage, "estimated_damage"),
+                  reserve=parse_money(reserve, "reserve", allow_zero=True), status="open",
                   description=description)
     new_id = db.execute(insert(claims).values(**values)).inserted_primary_key[0]
     _log(db, f"file_claim claim={new_id}")
@@ -222,7 +187,7 @@ def record_payout(db, claim_id: int, amount: float, note: str) -> dict:
         amount: Dollars paid, greater than zero, at most two decimals.
         note: How the amount was worked out, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     _open_claim(db, claim_id)
     new_id = db.execute(insert(payouts).values(claim_id=claim_id, amount=value, status="issued", note=note)
                         ).inserted_primary_key[0]
@@ -243,7 +208,7 @@ def request_adjuster_review(db, claim_id: int, adjuster_id: int, amount: float, 
         amount: The proposed payout in dollars.
         reason: Why the review is needed, in a sentence.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     _open_claim(db, claim_id)
     if db.execute(select(adjusters.c.id).where(adjusters.c.id == adjuster_id)).first() is None:
         raise ToolFailure(f"adjuster {adjuster_id} not found")
@@ -278,15 +243,15 @@ def add_driver(db, policy_number: str, first_name: str, last_name: str, date_of_
         premium_change: Dollars added to the annual premium (see the endorsement rules).
     """
     row = _active_policy(db, policy_number)
-    change = _money(premium_change, "premium_change", allow_zero=True)
-    licence = _text(license_number, "license_number").upper()
+    change = parse_money(premium_change, "premium_change", allow_zero=True)
+    licence = require_text(license_number, "license_number").upper()
     taken = db.execute(select(drivers.c.id).where(drivers.c.policy_id == row["id"],
                                                   drivers.c.license_number == licence)).first()
     if taken is not None:
         raise ToolFailure(f"a driver with license {licence} is already on policy {row['policy_number']}")
     new_id = db.execute(insert(drivers).values(
-        policy_id=row["id"], first_name=_text(first_name, "first_name"), last_name=_text(last_name, "last_name"),
-        date_of_birth=_date(date_of_birth, "date_of_birth"), license_number=licence, status="active")
+        policy_id=row["id"], first_name=require_text(first_name, "first_name"), last_name=require_text(last_name, "last_name"),
+        date_of_birth=parse_date(date_of_birth, "date_of_birth"), license_number=licence, status="active")
                         ).inserted_primary_key[0]
     premium = _endorse(db, row, "add_driver", change, driver_id=new_id)
     _log(db, f"add_driver policy={row['id']} driver={new_id}")
@@ -308,9 +273,9 @@ def refer_to_underwriting(db, policy_number: str, first_name: str, last_name: st
     """
     row = _active_policy(db, policy_number)
     new_id = db.execute(insert(underwriting_referrals).values(
-        policy_id=row["id"], first_name=_text(first_name, "first_name"), last_name=_text(last_name, "last_name"),
-        date_of_birth=_date(date_of_birth, "date_of_birth"),
-        license_number=_text(license_number, "license_number").upper(), status="pending", reason=reason)
+        policy_id=row["id"], first_name=require_text(first_name, "first_name"), last_name=require_text(last_name, "last_name"),
+        date_of_birth=parse_date(date_of_birth, "date_of_birth"),
+        license_number=require_text(license_number, "license_number").upper(), status="pending", reason=reason)
                         ).inserted_primary_key[0]
     _log(db, f"refer_to_underwriting policy={row['id']} referral={new_id}")
     return {"referral_id": new_id, "status": "pending"}
@@ -336,9 +301,9 @@ def add_vehicle(db, policy_number: str, vin: str, year: int, make: str, model: s
         raise ToolFailure(f"model year {year} is out of range")
     if db.execute(select(vehicles.c.id).where(vehicles.c.policy_id == row["id"], vehicles.c.vin == code)).first():
         raise ToolFailure(f"vehicle {code} is already on policy {row['policy_number']}")
-    change = _money(premium_change, "premium_change", allow_zero=True)
+    change = parse_money(premium_change, "premium_change", allow_zero=True)
     new_id = db.execute(insert(vehicles).values(
-        policy_id=row["id"], vin=code, year=year, make=_text(make, "make"), model=_text(model, "model"),
+        policy_id=row["id"], vin=code, year=year, make=require_text(make, "make"), model=require_text(model, "model"),
         status="active")).inserted_primary_key[0]
     premium = _endorse(db, row, "add_vehicle", change, vehicle_id=new_id)
     _log(db, f"add_vehicle policy={row['id']} vehicle={new_id}")
@@ -355,7 +320,7 @@ def cancel_policy(db, policy_number: str, cancellation_date: str, reason: str) -
         reason: Why the policyholder cancels, in a few words.
     """
     row = _active_policy(db, policy_number)
-    when = _date(cancellation_date, "cancellation_date")
+    when = parse_date(cancellation_date, "cancellation_date")
     if not row["effective_date"] <= when < row["expiration_date"]:
         raise ToolFailure(f"{when} is outside the policy term {row['effective_date']} to {row['expiration_date']}")
     db.execute(update(policies).where(policies.c.id == row["id"]).values(status="cancelled", cancellation_date=when,
@@ -375,7 +340,7 @@ def issue_premium_refund(db, policy_number: str, amount: float, reason: str) -> 
         amount: Dollars to refund, greater than zero, at most two decimals.
         reason: Why the refund is made, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     row = _policy(db, policy_number)
     if row["status"] != "cancelled":
         raise ToolFailure(f"policy {row['policy_number']} is {row['status']}; only a cancelled policy is refunded")
@@ -402,7 +367,7 @@ def update_contact(db, policy_number: str, field: str, value: str) -> dict:
     if field not in CONTACT_FIELDS:
         raise ToolFailure(f"field must be one of {', '.join(CONTACT_FIELDS)}, not {field!r}")
     row = _policy(db, policy_number)
-    value = _text(value, "value")
+    value = require_text(value, "value")
     if field == "email" and "@" not in value:
         raise ToolFailure(f"{value!r} is not an email address")
     db.execute(update(policyholders).where(policyholders.c.id == row["policyholder_id"])

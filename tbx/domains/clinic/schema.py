@@ -9,6 +9,8 @@ is a record the checks require where a task verifies its caller.
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table
+
 metadata = MetaData()
 
 practitioners = Table(
@@ -115,14 +117,10 @@ cases = Table(
     Column("summary", String(400)),
 )
 
-identity_checks = Table(  # one row per patient the agent verified (policy.md)
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True),
+# one row per patient the agent verified (policy.md)
+identity_checks = identity_checks_table(
+    metadata,
     Column("patient_id", Integer, ForeignKey("patients.id"), nullable=False),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata)

@@ -30,7 +30,7 @@ from tbx.domains.clinic.seed import (
     prescription,
     slot,
 )
-from tbx.domains.training import Built, identity_records, training_tasks
+from tbx.domains.kit import Built, IdPool, call, identity_records, private_facts, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -45,10 +45,6 @@ KEYWORDS = {
 SPECIALISTS = {"cardiology": (5, 6), "dermatology": (7, 8), "orthopedics": (9, 10), "neurology": (11, 12)}
 
 
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
 def _ask(member: bool = False) -> dict:
     more = ", your date of birth and the member ID on your new card" if member else " and your date of birth"
     return {"say": f"I can help with that. Could you please give me your patient number{more}?"}
@@ -56,7 +52,7 @@ def _ask(member: bool = False) -> dict:
 
 def _facts(row: Row, date_of_birth: str | None = None, **more: Any) -> dict:
     values = {"patient_id": row["id"], "date_of_birth": date_of_birth or row["date_of_birth"], **more}
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
+    return private_facts(KEYWORDS, **values)
 
 
 def _built(persona: str, instructions: str, opening: str, rows: dict, reference: list, expected: list,
@@ -67,21 +63,7 @@ def _built(persona: str, instructions: str, opening: str, rows: dict, reference:
             "rows": rows, "reference": reference, "expected": [*verified, *expected]}
 
 
-class _Ids:
-    """Fresh ids for one task's own rows, above the base-seed ranges."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.taken = rng, set()
-
-    def __call__(self, low: int, high: int) -> int:
-        while True:
-            value = self.rng.randrange(low, high)
-            if value not in self.taken:
-                self.taken.add(value)
-                return value
-
-
-def _patient(rng: random.Random, ids: _Ids) -> Row:
+def _patient(rng: random.Random, ids: IdPool) -> Row:
     return patient(rng, ids(2000, 5000), rng.randrange(1, 5), rng.choice((None, 1, 2, 3, 4, 5, 6)))
 
 
@@ -89,7 +71,7 @@ def _name(row: Row) -> str:
     return f"{row['first_name']} {row['last_name']}"
 
 
-def _visit(rng: random.Random, ids: _Ids, who: Row, offset: int, status: str = "booked",
+def _visit(rng: random.Random, ids: IdPool, who: Row, offset: int, status: str = "booked",
            practitioner_id: int | None = None) -> tuple[Row, Row]:
     """(slot, appointment) of `who` `offset` days from today."""
     held = slot(ids(10000, 20000), practitioner_id or rng.randrange(1, 13), day(offset),
@@ -99,16 +81,16 @@ def _visit(rng: random.Random, ids: _Ids, who: Row, offset: int, status: str = "
 
 def _cancel(rng: random.Random, index: int, late: bool) -> Built:
     """Cancel by number: free two or more days ahead, a late-cancellation fee today or tomorrow."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     held, visit = _visit(rng, ids, who, index % 2 if late else rng.randrange(2, 30))
-    steps = [_call("cancel_appointment", appointment_id=visit["id"])]
+    steps = [call("cancel_appointment", appointment_id=visit["id"])]
     expected = [{"op": "update", "table": "appointments", "key": {"id": visit["id"]}, "values": {"status": "cancelled"}},
                 {"op": "update", "table": "slots", "key": {"id": held["id"]}, "values": {"status": "open"}}]
     closing = f"Done: appointment {visit['id']} on {held['date']} is cancelled."
     if late:
-        steps = [_call("get_appointment", appointment_id=visit["id"]), *steps,
-                 _call("add_charge", patient_id=who["id"], appointment_id=visit["id"], kind="late_cancel_fee",
+        steps = [call("get_appointment", appointment_id=visit["id"]), *steps,
+                 call("add_charge", patient_id=who["id"], appointment_id=visit["id"], kind="late_cancel_fee",
                        amount=LATE_CANCEL_FEE)]
         expected.append({"op": "insert", "table": "charges", "values": {
             "patient_id": who["id"], "appointment_id": visit["id"], "kind": "late_cancel_fee",
@@ -129,30 +111,30 @@ def _late_cancel_fee_medium(rng: random.Random, index: int) -> Built:
 
 
 def _check_in_easy(rng: random.Random, index: int) -> Built:
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     held, visit = _visit(rng, ids, who, 0)
     return _built(
         "A nurse at the clinic reception.", f"Have appointment {visit['id']} checked in.",
         f"Check in appointment {visit['id']}. The patient has arrived.",
         {"patients": [who], "slots": [held], "appointments": [visit]},
-        [_call("check_in_appointment", appointment_id=visit["id"]),
+        [call("check_in_appointment", appointment_id=visit["id"]),
          {"say": f"Done: {_name(who)} is checked in for appointment {visit['id']} at {held['start_time']}."}],
         [{"op": "update", "table": "appointments", "key": {"id": visit["id"]}, "values": {"status": "checked_in"}}])
 
 
 def _no_show_medium(rng: random.Random, index: int) -> Built:
     """Record a no-show; bill the fee unless it is the patient's first no-show."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     held, visit = _visit(rng, ids, who, -(index % 3))
     repeat = index % 2 == 1
     old_slot, old_visit = _visit(rng, ids, who, -rng.randrange(20, 200), "no_show" if repeat else "completed")
-    steps = [_call("get_appointment", appointment_id=visit["id"]), _call("get_patient", patient_id=who["id"]),
-             _call("mark_no_show", appointment_id=visit["id"])]
+    steps = [call("get_appointment", appointment_id=visit["id"]), call("get_patient", patient_id=who["id"]),
+             call("mark_no_show", appointment_id=visit["id"])]
     expected = [{"op": "update", "table": "appointments", "key": {"id": visit["id"]}, "values": {"status": "no_show"}}]
     if repeat:
-        steps.append(_call("add_charge", patient_id=who["id"], appointment_id=visit["id"], kind="no_show_fee",
+        steps.append(call("add_charge", patient_id=who["id"], appointment_id=visit["id"], kind="no_show_fee",
                            amount=NO_SHOW_FEE))
         expected.append({"op": "insert", "table": "charges", "values": {
             "patient_id": who["id"], "appointment_id": visit["id"], "kind": "no_show_fee", "amount": NO_SHOW_FEE,
@@ -165,14 +147,14 @@ def _no_show_medium(rng: random.Random, index: int) -> Built:
         steps + [{"say": f"Recorded: appointment {visit['id']} is a no-show, and {outcome}."}], expected)
 
 
-def _referral(ids: _Ids, who: Row, specialty: str, status: str, expires_on: str) -> Row:
+def _referral(ids: IdPool, who: Row, specialty: str, status: str, expires_on: str) -> Row:
     return {"id": ids(600, 900), "patient_id": who["id"], "specialty": specialty,
             "referring_practitioner_id": who["primary_practitioner_id"], "status": status, "expires_on": expires_on}
 
 
 def _specialist(rng: random.Random, index: int, referred: bool) -> Built:
     """Book a specialist with a valid referral; without one, request a referral instead."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     specialty = SPECIALTIES[index % 4]
     date = day(rng.randrange(7, 40))
@@ -190,10 +172,10 @@ def _specialist(rng: random.Random, index: int, referred: bool) -> Built:
         papers = [[], [_referral(ids, who, specialty, "active", day(rng.randrange(0, 6)))],
                   [_referral(ids, who, specialty, "used", after)],
                   [_referral(ids, who, other, "active", after)]][(index // 2) % 4]
-    steps = [_ask(), _call("verify_patient", patient_id=who["id"], date_of_birth=who["date_of_birth"]),
-             _call("get_patient", patient_id=who["id"]), _call("find_slots", specialty=specialty, date=date)]
+    steps = [_ask(), call("verify_patient", patient_id=who["id"], date_of_birth=who["date_of_birth"]),
+             call("get_patient", patient_id=who["id"]), call("find_slots", specialty=specialty, date=date)]
     if referred:
-        steps += [_call("book_appointment", patient_id=who["id"], slot_id=chosen["id"], referral_id=papers[0]["id"]),
+        steps += [call("book_appointment", patient_id=who["id"], slot_id=chosen["id"], referral_id=papers[0]["id"]),
                   {"say": f"You are booked for {specialty} on {date} at {chosen['start_time']}, using your referral."}]
         expected = [{"op": "insert", "table": "appointments", "values": {
                         "patient_id": who["id"], "slot_id": chosen["id"], "practitioner_id": chosen["practitioner_id"],
@@ -201,7 +183,7 @@ def _specialist(rng: random.Random, index: int, referred: bool) -> Built:
                     {"op": "update", "table": "slots", "key": {"id": chosen["id"]}, "values": {"status": "booked"}},
                     {"op": "update", "table": "referrals", "key": {"id": papers[0]["id"]}, "values": {"status": "used"}}]
     else:
-        steps += [_call("request_referral", patient_id=who["id"], specialty=specialty),
+        steps += [call("request_referral", patient_id=who["id"], specialty=specialty),
                   {"say": f"A {specialty} visit needs an active {specialty} referral valid on {date}, and none on your "
                           f"record covers it, so I cannot book it yet. I asked your primary practitioner for a "
                           f"referral; please call back once it is approved."}]
@@ -225,17 +207,17 @@ def _specialist_needs_referral_hard(rng: random.Random, index: int) -> Built:
 
 def _refill(rng: random.Random, index: int, allowed: bool) -> Built:
     """Refill a prescription with refills left and no controlled substance; else a renewal request."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     plain = [d for d in DRUGS if not d[2]]
     drug = rng.choice(plain if allowed or index % 2 == 0 else [d for d in DRUGS if d[2]])
     refills = rng.randrange(1, 4) if allowed or drug[2] else 0
     script = prescription(rng, ids(3000, 4000), who, drug, refills)
     other = prescription(rng, ids(3000, 4000), who, rng.choice([d for d in plain if d != drug]), rng.randrange(0, 4))
-    steps = [_ask(), _call("verify_patient", patient_id=who["id"], date_of_birth=who["date_of_birth"]),
-             _call("get_patient", patient_id=who["id"])]
+    steps = [_ask(), call("verify_patient", patient_id=who["id"], date_of_birth=who["date_of_birth"]),
+             call("get_patient", patient_id=who["id"])]
     if allowed:
-        steps += [_call("refill_prescription", prescription_id=script["id"]),
+        steps += [call("refill_prescription", prescription_id=script["id"]),
                   {"say": f"Your {drug[0]} refill is sent to the pharmacy; {refills - 1} refill(s) remain."}]
         expected = [{"op": "update", "table": "prescriptions", "key": {"id": script["id"]},
                      "values": {"refills_remaining": refills - 1}},
@@ -243,7 +225,7 @@ def _refill(rng: random.Random, index: int, allowed: bool) -> Built:
                      "values": {"prescription_id": script["id"], "kind": "refill", "status": "sent"}}]
     else:
         why = "is a controlled substance" if drug[2] else "has no refills left"
-        steps += [_call("request_renewal", prescription_id=script["id"]),
+        steps += [call("request_renewal", prescription_id=script["id"]),
                   {"say": f"Your {drug[0]} prescription {why}, so I cannot send a refill. I asked your "
                           f"prescriber to review and renew it; the clinic will contact you."}]
         expected = [{"op": "insert", "table": "refill_orders", "values": {
@@ -264,7 +246,7 @@ def _refill_needs_renewal_hard(rng: random.Random, index: int) -> Built:
 
 def _insurance_update_medium(rng: random.Random, index: int) -> Built:
     """Check new insurance details with the insurer, then save them."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     plan_id, plan, _ = rng.choice([p for p in PLANS if p[0] != who["insurance_plan_id"]])
     member = f"M{rng.randrange(10**7):07d}"
@@ -274,9 +256,9 @@ def _insurance_update_medium(rng: random.Random, index: int) -> Built:
         f"{_name(who)}, a patient of the clinic.", f"Have your new {plan} insurance saved on your record.",
         f"Hi, I have new insurance with {plan}. Please update my record.",
         {"patients": [who], "insurance_members": roster},
-        [_ask(member=True), _call("verify_patient", patient_id=who["id"], date_of_birth=who["date_of_birth"]),
-         _call("check_eligibility", plan_name=plan, member_id=member),
-         _call("update_insurance", patient_id=who["id"], plan_id=plan_id, member_id=member),
+        [_ask(member=True), call("verify_patient", patient_id=who["id"], date_of_birth=who["date_of_birth"]),
+         call("check_eligibility", plan_name=plan, member_id=member),
+         call("update_insurance", patient_id=who["id"], plan_id=plan_id, member_id=member),
          {"say": f"Your {plan} coverage is confirmed as active and saved on your record."}],
         [{"op": "update", "table": "patients", "key": {"id": who["id"]},
           "values": {"insurance_plan_id": plan_id, "insurance_member_id": member}}],
@@ -285,7 +267,7 @@ def _insurance_update_medium(rng: random.Random, index: int) -> Built:
 
 def _identity_fails_hard(rng: random.Random, index: int) -> Built:
     """The caller's date of birth does not match: change nothing, open an identity case."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     who = _patient(rng, ids)
     wrong = f"{int(who['date_of_birth'][:4]) + rng.choice((-3, -1, 1, 2))}{who['date_of_birth'][4:]}"
     script = prescription(rng, ids(3000, 4000), who, rng.choice([d for d in DRUGS if not d[2]]), 2)
@@ -294,8 +276,8 @@ def _identity_fails_hard(rng: random.Random, index: int) -> Built:
         f"Someone calling about {_name(who)}'s records.",
         f"You want {want.replace('my ', 'the ')}. You give the date of birth you hold when asked.",
         f"Hello, I need {want}.", {"patients": [who], "prescriptions": [script]},
-        [_ask(), _call("verify_patient", patient_id=who["id"], date_of_birth=wrong),
-         _call("open_front_desk_case", patient_id=who["id"], category="identity_verification_failed",
+        [_ask(), call("verify_patient", patient_id=who["id"], date_of_birth=wrong),
+         call("open_front_desk_case", patient_id=who["id"], category="identity_verification_failed",
                summary="Caller could not be verified."),
          {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "
                  "I have logged this for the clinic staff."}],

@@ -29,6 +29,7 @@ from tbx.domains.clinic.schema import (
     slots,
 )
 from tbx.domains.clinic.seed import SPECIALTIES, TODAY
+from tbx.domains.kit import fetch_one
 from tbx.tools import ToolFailure, record_once, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
@@ -41,18 +42,11 @@ assert get_args(Specialty) == SPECIALTIES
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
 
 
-def _row(db, table, key: int, label: str) -> dict:
-    row = db.execute(select(table).where(table.c.id == key)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"{label} {key} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
-
-
 def _appointment(db, appointment_id: int, status: str | None = None) -> dict:
-    found = _row(db, appointments, appointment_id, "appointment")
+    found = fetch_one(db, appointments, appointment_id, "appointment")
     if status and found["status"] != status:
         raise ToolFailure(f"appointment {appointment_id} is {found['status']}, not {status}")
-    when = _row(db, slots, found["slot_id"], "slot")
+    when = fetch_one(db, slots, found["slot_id"], "slot")
     found |= {"date": when["date"], "start_time": when["start_time"]}
     return found
 
@@ -106,7 +100,7 @@ def verify_patient(db, patient_id: int, date_of_birth: str) -> dict:
         patient_id: The patient number the caller gave.
         date_of_birth: The date of birth the caller gave, as YYYY-MM-DD.
     """
-    if date_of_birth.strip() != _row(db, patients, patient_id, "patient")["date_of_birth"]:
+    if date_of_birth.strip() != fetch_one(db, patients, patient_id, "patient")["date_of_birth"]:
         return {"verified": False, "reason": f"the date of birth does not match patient {patient_id}"}
     record_once(db, identity_checks, patient_id=patient_id)
     return {"verified": True, "patient_id": patient_id}
@@ -120,7 +114,7 @@ def get_patient(db, patient_id: int) -> dict:
     Args:
         patient_id: The patient number.
     """
-    found = {k: v for k, v in _row(db, patients, patient_id, "patient").items() if k != "date_of_birth"}
+    found = {k: v for k, v in fetch_one(db, patients, patient_id, "patient").items() if k != "date_of_birth"}
     for name, table in (("referrals", referrals), ("prescriptions", prescriptions)):
         found[name] = [{k: v for k, v in r.items() if k != "updated_at"} for r in db.execute(
             select(table).where(table.c.patient_id == patient_id).order_by(table.c.id)).mappings()]
@@ -139,7 +133,7 @@ def get_appointment(db, appointment_id: int) -> dict:
         appointment_id: The appointment number.
     """
     found = _appointment(db, appointment_id)
-    doctor = _row(db, practitioners, found["practitioner_id"], "practitioner")
+    doctor = fetch_one(db, practitioners, found["practitioner_id"], "practitioner")
     found |= {"practitioner": doctor["name"], "specialty": doctor["specialty"], "today": TODAY.isoformat(),
               "days_until": (dt.date.fromisoformat(found["date"]) - TODAY).days}
     return found
@@ -234,12 +228,12 @@ def book_appointment(db, patient_id: int, slot_id: int, referral_id: int = 0) ->
         slot_id: The open slot's numeric ID (from find_slots).
         referral_id: The referral's numeric ID for a specialist visit, or 0 for none.
     """
-    _row(db, patients, patient_id, "patient")
-    opening = _row(db, slots, slot_id, "slot")
+    fetch_one(db, patients, patient_id, "patient")
+    opening = fetch_one(db, slots, slot_id, "slot")
     if opening["status"] != "open":
         raise ToolFailure(f"slot {slot_id} is already {opening['status']}")
     if referral_id:
-        referral = _row(db, referrals, referral_id, "referral")
+        referral = fetch_one(db, referrals, referral_id, "referral")
         if referral["patient_id"] != patient_id or referral["status"] != "active":
             raise ToolFailure(f"referral {referral_id} is not an active referral of patient {patient_id}")
         db.execute(update(referrals).where(referrals.c.id == referral_id).values(status="used"))
@@ -263,7 +257,7 @@ def request_referral(db, patient_id: int, specialty: Specialty) -> dict:
     specialty = specialty.strip().lower()
     if specialty not in SPECIALTIES:
         raise ToolFailure(f"specialty must be one of {', '.join(SPECIALTIES)}, not {specialty!r}")
-    found = _row(db, patients, patient_id, "patient")
+    found = fetch_one(db, patients, patient_id, "patient")
     new_id = db.execute(insert(referrals).values(
         patient_id=patient_id, specialty=specialty, referring_practitioner_id=found["primary_practitioner_id"],
         status="requested", expires_on=None)).inserted_primary_key[0]
@@ -278,7 +272,7 @@ def refill_prescription(db, prescription_id: int) -> dict:
     Args:
         prescription_id: The prescription's numeric ID (from get_patient).
     """
-    found = _row(db, prescriptions, prescription_id, "prescription")
+    found = fetch_one(db, prescriptions, prescription_id, "prescription")
     if found["refills_remaining"] < 1:
         raise ToolFailure(f"prescription {prescription_id} has no refills left")
     db.execute(update(prescriptions).where(prescriptions.c.id == prescription_id).values(
@@ -296,7 +290,7 @@ def request_renewal(db, prescription_id: int) -> dict:
     Args:
         prescription_id: The prescription's numeric ID (from get_patient).
     """
-    found = _row(db, prescriptions, prescription_id, "prescription")
+    found = fetch_one(db, prescriptions, prescription_id, "prescription")
     new_id = db.execute(insert(refill_orders).values(prescription_id=prescription_id, kind="renewal_request",
                                                      status="pending_review")).inserted_primary_key[0]
     _log(db, f"request_renewal order={new_id}")
@@ -312,8 +306,8 @@ def update_insurance(db, patient_id: int, plan_id: int, member_id: str) -> dict:
         plan_id: The insurance plan's numeric ID (from check_eligibility).
         member_id: The member ID on the insurance card.
     """
-    _row(db, patients, patient_id, "patient")
-    plan = _row(db, insurance_plans, plan_id, "insurance plan")
+    fetch_one(db, patients, patient_id, "patient")
+    plan = fetch_one(db, insurance_plans, plan_id, "insurance plan")
     member = member_id.strip().upper()
     if not member:
         raise ToolFailure("member_id must not be empty")
@@ -335,7 +329,7 @@ def open_front_desk_case(db, patient_id: int, category: CaseCategory, summary: s
     category = category.strip().lower()
     if category not in CASE_CATEGORIES:
         raise ToolFailure(f"category must be one of {', '.join(CASE_CATEGORIES)}, not {category!r}")
-    _row(db, patients, patient_id, "patient")
+    fetch_one(db, patients, patient_id, "patient")
     new_id = db.execute(insert(cases).values(patient_id=patient_id, category=category, status="open",
                                              summary=summary)).inserted_primary_key[0]
     _log(db, f"open_front_desk_case case={new_id}")

@@ -9,6 +9,8 @@ Dates are ISO strings (YYYY-MM-DD), money is `Numeric(12, 2)`, hours are `Numeri
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table
+
 metadata = MetaData()
 
 clients = Table(
@@ -173,15 +175,11 @@ cases = Table(
     Column("summary", String(400)),
 )
 
-identity_checks = Table(  # one row per billing contact (of a client) or consultant the agent verified
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True),
+# one row per billing contact (of a client) or consultant the agent verified
+identity_checks = identity_checks_table(
+    metadata,
     Column("client_id", Integer, ForeignKey("clients.id")),
     Column("consultant_id", Integer, ForeignKey("consultants.id")),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata)

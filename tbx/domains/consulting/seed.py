@@ -14,6 +14,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from typing import Any
 
+from tbx.domains.kit import IdPool
+
 Row = dict[str, Any]
 
 TODAY = dt.date(2026, 5, 20)
@@ -148,20 +150,6 @@ def expense(expense_id: int, person_id: int, engagement_id: int, category: str, 
 
 def invoice_number(rng: random.Random, used: set[str]) -> str:
     return unique_code(rng, used, lambda r: f"INV-26-{r.randrange(1000, 10000)}")
-
-
-class IdPool:
-    """Fresh ids for one task's own rows, above the base-seed ranges."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.taken = rng, set()
-
-    def __call__(self, low: int, high: int) -> int:
-        while True:
-            value = self.rng.randrange(low, high)
-            if value not in self.taken:
-                self.taken.add(value)
-                return value
 
 
 class Account:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from tbx.domains.consulting.seed import (
@@ -37,6 +38,7 @@ from tbx.domains.consulting.seed import (
     used_codes,
     workday,
 )
+from tbx.domains.kit import ask_for, bench_tasks, call, insert_change, private_facts, update_change
 
 INSTANCES_PER_FAMILY = 11
 KEYWORDS = {
@@ -58,32 +60,12 @@ ASKS = {
 }
 STAFF_LEVELS = LEVELS[:-1]
 Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
+_facts = partial(private_facts, KEYWORDS)
+_ask = partial(ask_for, ASKS)
 
 
 def _usd(amount: Any) -> str:
     return f"${float(amount):,.2f}"
-
-
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
-def _ask(*names: str) -> dict:
-    parts = [ASKS[n] for n in names]
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return {"say": f"I can help with that. Could you please give me {listed}?"}
-
-
-def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
-
-
-def _insert(table: str, **values: Any) -> dict:
-    return {"op": "insert", "table": table, "values": values}
-
-
-def _update(table: str, row_id: int, **values: Any) -> dict:
-    return {"op": "update", "table": table, "key": {"id": row_id}, "values": values}
 
 
 def _dec(value: Any) -> Decimal:
@@ -97,7 +79,7 @@ def _name(person: Row) -> str:
 def _verified(client: Row | None = None, consultant: Row | None = None) -> dict:
     """The identity record a successful verification of a billing contact (of `client`) or of a
     `consultant` leaves (checked like any write)."""
-    return _insert("identity_checks", client_id=client["id"] if client else None,
+    return insert_change("identity_checks", client_id=client["id"] if client else None,
                    consultant_id=consultant["id"] if consultant else None)
 
 
@@ -127,25 +109,25 @@ def _credit_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     number, code = bill["invoice_number"], account.client["client_code"]
     held = {} if index % 3 == 2 else {"invoice_number": number}  # else found on the client record
     steps = [_ask("client_code", "email", *held, "disputed_hours"),
-             _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
-             *([] if held else [_call("get_client", client_code=code)]),
-             _call("get_invoice", invoice_number=number)]
+             call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+             *([] if held else [call("get_client", client_code=code)]),
+             call("get_invoice", invoice_number=number)]
     total = _usd(money(_dec(bill["total"]) - _dec(credit)))
     rules = [{"id": "told_credit", "rule": "The agent told the caller the credit amount and the invoice's new "
               "total.", "evidence": [_usd(credit), total]}]
     if kind == "invoice_credit":
-        steps += [_call("apply_invoice_credit", invoice_number=number, amount=credit,
+        steps += [call("apply_invoice_credit", invoice_number=number, amount=credit,
                         reason="hours billed in error"),
                   {"say": f"I applied a credit of {_usd(credit)} for {hours} hours of {_name(who)}'s time; "
                           f"the invoice total is now {total}."}]
-        expected = [_insert("invoice_credits", invoice_id=bill["id"], amount=credit, status="applied"),
-                    _update("invoices", bill["id"], credits=credit, total=money(_dec(bill["total"]) - _dec(credit)))]
+        expected = [insert_change("invoice_credits", invoice_id=bill["id"], amount=credit, status="applied"),
+                    update_change("invoices", bill["id"], credits=credit, total=money(_dec(bill["total"]) - _dec(credit)))]
     else:
-        steps += [_call("request_partner_approval", invoice_number=number, amount=credit,
+        steps += [call("request_partner_approval", invoice_number=number, amount=credit,
                         reason=f"{hours} hours of {_name(who)} billed in error"),
                   {"say": f"The credit comes to {_usd(credit)}, which needs the lead partner's approval. I sent the "
                           f"request to {_name(account.partner)}; the credit follows once it is approved."}]
-        expected = [_insert("approval_requests", invoice_id=bill["id"], approver_id=account.partner["id"],
+        expected = [insert_change("approval_requests", invoice_id=bill["id"], approver_id=account.partner["id"],
                             amount=credit, status="pending")]
         rules = []
     contact = account.client["billing_contact_name"]
@@ -180,10 +162,10 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
     number, code = bill["invoice_number"], account.client["client_code"]
     held = {} if index % 3 == 2 else {"invoice_number": number}  # else the draft's total is on the client record
     steps = [_ask("client_code", "email", *held),
-             _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
-             _call("get_client", client_code=code),
-             *([_call("get_invoice", invoice_number=number)] if held else []),
-             _call("set_invoice_discount", invoice_number=number, discount_percent=percent),
+             call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+             call("get_client", client_code=code),
+             *([call("get_invoice", invoice_number=number)] if held else []),
+             call("set_invoice_discount", invoice_number=number, discount_percent=percent),
              {"say": f"Your draft invoice now carries a {percent}% discount of {_usd(discount)}; the new total is "
                      f"{_usd(total)}."}]
     contact = account.client["billing_contact_name"]
@@ -193,7 +175,7 @@ def _discount_family(rng: random.Random, used: set[str], index: int, kind: str) 
                   "are entitled to?",
                   _facts(client_code=code, email=account.client["billing_contact_email"], **held),
                   account, steps,
-                  [_update("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)],
+                  [update_change("invoices", bill["id"], discount_percent=percent, discount_amount=discount, total=total)],
                   _verified(client=account.client))
 
 
@@ -206,8 +188,8 @@ def _unauthorized_family(rng: random.Random, used: set[str], index: int, kind: s
         code, contact = account.client["client_code"], account.client["billing_contact_name"]
         other = rng.choice([b for b in base_rows()["invoices"] if b["client_id"] != account.client["id"]])
         steps = [_ask("client_code", "email", "invoice_number"),
-                 _call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
-                 _call("get_invoice", invoice_number=other["invoice_number"]),
+                 call("verify_billing_contact", client_code=code, email=account.client["billing_contact_email"]),
+                 call("get_invoice", invoice_number=other["invoice_number"]),
                  {"say": "I'm sorry, but I can't make that change: that invoice belongs to another client, and only "
                          "its own billing contact can request changes to it."}]
         return _built(f"{contact}, billing contact of {account.client['name']}.",
@@ -224,8 +206,8 @@ def _unauthorized_family(rng: random.Random, used: set[str], index: int, kind: s
     request = ("a credit for hours billed in error", "the client discount applied")[index % 2]
     code = account.client["client_code"]
     steps = [_ask("client_code", "email", "invoice_number"),
-             _call("verify_billing_contact", client_code=code, email=caller),
-             _call("open_case", category="unauthorized_invoice_request", client_code=code,
+             call("verify_billing_contact", client_code=code, email=caller),
+             call("open_case", category="unauthorized_invoice_request", client_code=code,
                    summary=f"{caller} asked for {request} on {bill['invoice_number']} but is not the billing "
                            f"contact."),
              {"say": "I'm sorry, only your company's named billing contact can request changes to an invoice, so "
@@ -235,7 +217,7 @@ def _unauthorized_family(rng: random.Random, used: set[str], index: int, kind: s
                   f"your own email when asked.",
                   f"Hi, I need {request} on one of our invoices.",
                   _facts(client_code=code, email=caller, invoice_number=bill["invoice_number"]), account, steps,
-                  [_insert("cases", client_id=account.client["id"], consultant_id=None,
+                  [insert_change("cases", client_id=account.client["id"], consultant_id=None,
                            category="unauthorized_invoice_request", status="open")])
 
 
@@ -253,22 +235,22 @@ def _time_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
     new_hours = {e["id"]: rng.choice([h for h in (3, 5, 6.5, 7, 8, 10) if h != e["hours"]]) for e in targets}
     told = "; ".join(f"{e['work_date']} should be {new_hours[e['id']]} hours" for e in targets)
     steps = [_ask("consultant_id", "work_email", "corrections"),
-             _call("verify_consultant", consultant_id=person["id"], email=person["email"]),
-             _call("list_time_entries", consultant_id=person["id"]), _call("list_periods")]
+             call("verify_consultant", consultant_id=person["id"], email=person["email"]),
+             call("list_time_entries", consultant_id=person["id"]), call("list_periods")]
     expected = []
     for entry in targets:
         if entry["period_id"] in OPEN_PERIODS:
-            steps.append(_call("correct_time_entry", entry_id=entry["id"], hours=new_hours[entry["id"]],
+            steps.append(call("correct_time_entry", entry_id=entry["id"], hours=new_hours[entry["id"]],
                                reason="hours entered wrongly"))
-            expected.append(_update("time_entries", entry["id"], hours=new_hours[entry["id"]], status="submitted"))
+            expected.append(update_change("time_entries", entry["id"], hours=new_hours[entry["id"]], status="submitted"))
     if kind == "time_correction":
         steps.append({"say": "Done: the entries now show the hours you gave me and are resubmitted for approval."})
     else:
-        steps += [_call("open_case", category="closed_period_correction", consultant_id=person["id"],
+        steps += [call("open_case", category="closed_period_correction", consultant_id=person["id"],
                         summary=f"Asked to correct time in a closed period: {told}."),
                   {"say": "Time in a closed timesheet period cannot be changed here, so I opened a case for finance "
                           "to decide" + (", and I corrected the entry in the open period." if expected else ".")}]
-        expected.append(_insert("cases", client_id=None, consultant_id=person["id"],
+        expected.append(insert_change("cases", client_id=None, consultant_id=person["id"],
                                 category="closed_period_correction", status="open"))
     return _built(f"{_name(person)}, a {person['level'].replace('_', ' ')} at Halden & Partners.",
                   f"Get your time entries corrected: {told}. If the agent says a period is closed, accept that.",
@@ -289,9 +271,9 @@ def _log_family(rng: random.Random, used: set[str], index: int, kind: str) -> Bu
     told = "; ".join(f"{d}: {h} hours" for d, h in days)
     code = account.engagement["code"]
     steps = [_ask("consultant_id", "work_email", "engagement_code", "missing_time"),
-             _call("verify_consultant", consultant_id=person["id"], email=person["email"]),
-             _call("get_engagement", engagement_code=code), _call("list_time_entries", consultant_id=person["id"])]
-    steps += [_call("log_time", consultant_id=person["id"], engagement_code=code, work_date=d, hours=h,
+             call("verify_consultant", consultant_id=person["id"], email=person["email"]),
+             call("get_engagement", engagement_code=code), call("list_time_entries", consultant_id=person["id"])]
+    steps += [call("log_time", consultant_id=person["id"], engagement_code=code, work_date=d, hours=h,
                     note="client work") for d, h in days]
     steps.append({"say": "Done: the missing time is logged and submitted for approval."})
     return _built(f"{_name(person)}, a {person['level'].replace('_', ' ')} at Halden & Partners.",
@@ -299,7 +281,7 @@ def _log_family(rng: random.Random, used: set[str], index: int, kind: str) -> Bu
                   f"Hi, I forgot to log some of my time on the {account.engagement['name']} engagement.",
                   _facts(consultant_id=person["id"], work_email=person["email"], engagement_code=code,
                          missing_time=told), account, steps,
-                  [_insert("time_entries", consultant_id=person["id"], engagement_id=account.engagement["id"],
+                  [insert_change("time_entries", consultant_id=person["id"], engagement_id=account.engagement["id"],
                            period_id=period_of(d), work_date=d, hours=h, status="submitted") for d, h in days],
                   _verified(consultant=person))
 
@@ -338,11 +320,11 @@ def _expense_family(rng: random.Random, used: set[str], index: int, kind: str) -
     account.add("expenses", expense(account.ids(9000, 10000), person["id"], account.engagement["id"], "meals",
                                     "Denver", workday(rng, 6), 140, 0, "approved"))
     steps = [_ask("consultant_id", "work_email"),
-             _call("verify_consultant", consultant_id=person["id"], email=person["email"]),
-             _call("list_expenses", consultant_id=person["id"])]
+             call("verify_consultant", consultant_id=person["id"], email=person["email"]),
+             call("list_expenses", consultant_id=person["id"])]
     for row, decision in submitted:
-        steps.append(_call("approve_expense", expense_id=row["id"]) if decision == "approved" else
-                     _call("reject_expense", expense_id=row["id"], reason="above the per-diem without a receipt"))
+        steps.append(call("approve_expense", expense_id=row["id"]) if decision == "approved" else
+                     call("reject_expense", expense_id=row["id"], reason="above the per-diem without a receipt"))
     approved = sum(1 for _, d in submitted if d == "approved")
     steps.append({"say": f"I processed your {count} submitted expenses: {approved} approved and {count - approved} "
                          f"rejected because they exceed the per-diem limit or lack a receipt."})
@@ -350,7 +332,7 @@ def _expense_family(rng: random.Random, used: set[str], index: int, kind: str) -
                   "Have all your submitted expenses processed. Accept the agent's decisions.",
                   "Hi, could you process the expenses I submitted for my recent client travel?",
                   _facts(consultant_id=person["id"], work_email=person["email"]), account, steps,
-                  [_update("expenses", row["id"], status=decision) for row, decision in submitted],
+                  [update_change("expenses", row["id"], status=decision) for row, decision in submitted],
                   _verified(consultant=person))
 
 
@@ -371,27 +353,27 @@ def _staff_family(rng: random.Random, used: set[str], index: int, kind: str) -> 
     client_code = account.client["client_code"]
     held = {"client_code": client_code} if index % 3 == 2 else {"engagement_code": code}
     steps = [_ask("consultant_id", "work_email", *held),
-             _call("verify_consultant", consultant_id=account.partner["id"], email=account.partner["email"]),
-             *([_call("get_client", client_code=client_code)] if "client_code" in held else []),
-             _call("get_engagement", engagement_code=code),
-             _call("find_consultants", last_name=staffee["last_name"]),
-             _call("get_rate_cards")]
+             call("verify_consultant", consultant_id=account.partner["id"], email=account.partner["email"]),
+             *([call("get_client", client_code=client_code)] if "client_code" in held else []),
+             call("get_engagement", engagement_code=code),
+             call("find_consultants", last_name=staffee["last_name"]),
+             call("get_rate_cards")]
     if kind == "staff_within_budget":
-        steps += [_call("assign_consultant", engagement_code=code, consultant_id=staffee["id"], hourly_rate=rate,
+        steps += [call("assign_consultant", engagement_code=code, consultant_id=staffee["id"], hourly_rate=rate,
                         planned_hours=hours),
                   {"say": f"{_name(staffee)} is staffed for {hours} hours at {_usd(rate)} an hour; "
                           f"{_usd(cost)} is committed on {po['po_number']}."}]
-        expected = [_insert("assignments", engagement_id=account.engagement["id"], consultant_id=staffee["id"],
+        expected = [insert_change("assignments", engagement_id=account.engagement["id"], consultant_id=staffee["id"],
                             hourly_rate=rate, planned_hours=hours, status="active"),
-                    _update("purchase_orders", po["id"], committed=money(committed + _dec(cost)))]
+                    update_change("purchase_orders", po["id"], committed=money(committed + _dec(cost)))]
     else:
         shortfall = money(_dec(cost) - _dec(remaining))
-        steps += [_call("request_po_increase", po_number=po["po_number"], amount=shortfall,
+        steps += [call("request_po_increase", po_number=po["po_number"], amount=shortfall,
                         reason=f"staff {_name(staffee)} for {hours} hours"),
                   {"say": f"Staffing {_name(staffee)} would cost {_usd(cost)}, more than the purchase order "
                           f"has left, so I asked the client to raise {po['po_number']} by {_usd(shortfall)}. "
                           f"The assignment waits for that approval."}]
-        expected = [_insert("po_change_requests", po_id=po["id"], amount=shortfall, status="pending")]
+        expected = [insert_change("po_change_requests", po_id=po["id"], amount=shortfall, status="pending")]
     return _built(f"{_name(account.partner)}, lead partner at Halden & Partners.",
                   f"Staff {_name(staffee)} on the {account.engagement['name']} engagement for {hours} hours. If the "
                   f"budget does not allow it, accept a PO increase request instead.",
@@ -418,20 +400,4 @@ FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
 
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All consulting tasks for `seed`: INSTANCES_PER_FAMILY of every family, same seed → same tasks."""
-    rng = random.Random(seed)
-    used = used_codes()
-    tasks = []
-    for family, build in FAMILIES.items():
-        for index in range(INSTANCES_PER_FAMILY):
-            built = build(rng, used, index, family)
-            tasks.append({
-                "id": f"consulting/{family}/s{seed}-{index:02d}", "domain": "consulting", "split": "bench",
-                "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
-                "turn_limit": 30,
-            })
-    return tasks
+    return bench_tasks("consulting", FAMILIES, seed, INSTANCES_PER_FAMILY, used_codes())

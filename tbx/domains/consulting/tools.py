@@ -8,7 +8,7 @@ agent's to follow: the tools would let the agent break them, which is exactly wh
 """
 
 import datetime as dt
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 
 from sqlalchemy import func, insert, select, update
 
@@ -31,53 +31,32 @@ from tbx.domains.consulting.schema import (
     time_entries,
     timesheet_periods,
 )
+from tbx.domains.kit import CENT, fetch_one, fetch_rows, parse_money
 from tbx.tools import ToolFailure, record_once, tool
 
 CASE_CATEGORIES = ("unauthorized_invoice_request", "closed_period_correction", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-CENT = Decimal("0.01")
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
-
-
-def _rows(db, query) -> list[dict]:
-    return [dict(r) for r in db.execute(query).mappings()]
-
-
-def _one(db, table, column, value, label: str) -> dict:
-    row = db.execute(select(table).where(column == value)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"{label} {value!r} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
 
 
 def _client(db, client_code: str) -> dict:
-    return _one(db, clients, clients.c.client_code, client_code.strip().upper(), "client")
+    return fetch_one(db, clients, client_code.strip().upper(), "client", clients.c.client_code, quote=True)
 
 
 def _consultant(db, consultant_id: int) -> dict:
-    return _one(db, consultants, consultants.c.id, consultant_id, "consultant")
+    return fetch_one(db, consultants, consultant_id, "consultant", quote=True)
 
 
 def _engagement(db, code: str) -> dict:
-    return _one(db, engagements, engagements.c.code, code.strip().upper(), "engagement")
+    return fetch_one(db, engagements, code.strip().upper(), "engagement", engagements.c.code, quote=True)
 
 
 def _invoice(db, invoice_number: str) -> dict:
-    return _one(db, invoices, invoices.c.invoice_number, invoice_number.strip().upper(), "invoice")
+    return fetch_one(db, invoices, invoice_number.strip().upper(), "invoice", invoices.c.invoice_number, quote=True)
 
 
 def _number(value: float, name: str, allow_zero: bool = False) -> Decimal:
-    try:
-        number = Decimal(str(value))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"{name} {value!r} is not a number") from exc
-    if not number.is_finite() or number < 0 or (number == 0 and not allow_zero):
-        raise ToolFailure(f"{name} must be {'zero or more' if allow_zero else 'greater than zero'}")
-    if number.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
-        raise ToolFailure(f"{name} {value} is too large")
-    if number != number.quantize(CENT):
-        raise ToolFailure(f"{name} {value} has more than two decimals")
-    return number
+    return parse_money(value, name, allow_zero, cents_message="{name} {amount} has more than two decimals",
+                       sign_message="{name} must be " + ("zero or more" if allow_zero else "greater than zero"))
 
 
 def _log(db, event: str) -> None:
@@ -127,9 +106,9 @@ def get_client(db, client_code: str) -> dict:
     """
     row = _client(db, client_code)
     row.pop("billing_contact_email")
-    row["engagements"] = _rows(db, select(engagements.c.id, engagements.c.code, engagements.c.name,
+    row["engagements"] = fetch_rows(db, select(engagements.c.id, engagements.c.code, engagements.c.name,
                                           engagements.c.status).where(engagements.c.client_id == row["id"]))
-    row["invoices"] = _rows(db, select(invoices.c.id, invoices.c.invoice_number, invoices.c.status,
+    row["invoices"] = fetch_rows(db, select(invoices.c.id, invoices.c.invoice_number, invoices.c.status,
                                        invoices.c.total).where(invoices.c.client_id == row["id"]))
     return row
 
@@ -142,14 +121,14 @@ def get_engagement(db, engagement_code: str) -> dict:
         engagement_code: The engagement code, e.g. "ENG-4821".
     """
     row = _engagement(db, engagement_code)
-    row["client"] = _rows(db, select(clients.c.client_code, clients.c.name, clients.c.tier)
+    row["client"] = fetch_rows(db, select(clients.c.client_code, clients.c.name, clients.c.tier)
                           .where(clients.c.id == row["client_id"]))[0]
-    orders = _rows(db, select(purchase_orders).where(purchase_orders.c.engagement_id == row["id"]))
+    orders = fetch_rows(db, select(purchase_orders).where(purchase_orders.c.engagement_id == row["id"]))
     for order in orders:
         order.pop("updated_at")
         order["remaining"] = Decimal(str(order["budget_cap"])) - Decimal(str(order["committed"]))
     row["purchase_orders"] = orders
-    row["assignments"] = _rows(db, select(assignments).where(assignments.c.engagement_id == row["id"]))
+    row["assignments"] = fetch_rows(db, select(assignments).where(assignments.c.engagement_id == row["id"]))
     return row
 
 
@@ -161,9 +140,9 @@ def get_invoice(db, invoice_number: str) -> dict:
         invoice_number: The invoice number, e.g. "INV-26-4821".
     """
     row = _invoice(db, invoice_number)
-    row["lines"] = _rows(db, select(invoice_lines).where(invoice_lines.c.invoice_id == row["id"])
+    row["lines"] = fetch_rows(db, select(invoice_lines).where(invoice_lines.c.invoice_id == row["id"])
                          .order_by(invoice_lines.c.id))
-    row["credits_applied"] = _rows(db, select(invoice_credits).where(invoice_credits.c.invoice_id == row["id"]))
+    row["credits_applied"] = fetch_rows(db, select(invoice_credits).where(invoice_credits.c.invoice_id == row["id"]))
     return row
 
 
@@ -177,14 +156,14 @@ def find_consultants(db, last_name: str) -> list[dict]:
     # An equality, not ILIKE: "%" must not list every consultant, and SQLite refuses a LIKE pattern
     # over 50,000 bytes with an OperationalError (a harness crash) instead of matching nothing.
     name = func.lower(last_name.strip())  # the database folds case on both sides, as ILIKE did
-    rows = _rows(db, select(consultants).where(func.lower(consultants.c.last_name) == name).order_by(consultants.c.id))
+    rows = fetch_rows(db, select(consultants).where(func.lower(consultants.c.last_name) == name).order_by(consultants.c.id))
     return [{k: v for k, v in r.items() if k != "email"} for r in rows]
 
 
 @tool("read")
 def get_rate_cards(db) -> list[dict]:
     """List the rate cards: the standard hourly rate of each level and the day each card took effect."""
-    return _rows(db, select(rate_cards).order_by(rate_cards.c.effective_from, rate_cards.c.id))
+    return fetch_rows(db, select(rate_cards).order_by(rate_cards.c.effective_from, rate_cards.c.id))
 
 
 @tool("read")
@@ -201,13 +180,13 @@ def list_time_entries(db, consultant_id: int) -> list[dict]:
              .join(engagements, engagements.c.id == time_entries.c.engagement_id)
              .join(timesheet_periods, timesheet_periods.c.id == time_entries.c.period_id)
              .where(time_entries.c.consultant_id == consultant_id).order_by(time_entries.c.work_date))
-    return _rows(db, query)
+    return fetch_rows(db, query)
 
 
 @tool("read")
 def list_periods(db) -> list[dict]:
     """List the timesheet periods with their dates and status (open or closed)."""
-    return _rows(db, select(timesheet_periods).order_by(timesheet_periods.c.id))
+    return fetch_rows(db, select(timesheet_periods).order_by(timesheet_periods.c.id))
 
 
 @tool("read")
@@ -218,7 +197,7 @@ def list_expenses(db, consultant_id: int) -> list[dict]:
         consultant_id: The consultant's numeric ID.
     """
     _consultant(db, consultant_id)
-    rows = _rows(db, select(expenses).where(expenses.c.consultant_id == consultant_id).order_by(expenses.c.id))
+    rows = fetch_rows(db, select(expenses).where(expenses.c.consultant_id == consultant_id).order_by(expenses.c.id))
     return [{k: v for k, v in r.items() if k != "updated_at"} for r in rows]
 
 
@@ -299,7 +278,7 @@ def correct_time_entry(db, entry_id: int, hours: float, reason: str) -> dict:
     value = _number(hours, "hours")
     if value > 24:
         raise ToolFailure("hours must be at most 24")
-    row = _one(db, time_entries, time_entries.c.id, entry_id, "time entry")
+    row = fetch_one(db, time_entries, entry_id, "time entry", quote=True)
     db.execute(update(time_entries).where(time_entries.c.id == entry_id).values(
         hours=value, status="submitted", note=reason, updated_at=MODIFIED))
     _log(db, f"correct_time_entry entry={entry_id} reason={reason[:80]}")
@@ -338,7 +317,7 @@ def log_time(db, consultant_id: int, engagement_code: str, work_date: str, hours
 
 
 def _decide(db, expense_id: int, status: str, note: str | None) -> dict:
-    row = _one(db, expenses, expenses.c.id, expense_id, "expense")
+    row = fetch_one(db, expenses, expense_id, "expense", quote=True)
     if row["status"] != "submitted":
         raise ToolFailure(f"expense {expense_id} is already {row['status']}")
     db.execute(update(expenses).where(expenses.c.id == expense_id).values(status=status, decision_note=note,
@@ -410,7 +389,7 @@ def request_po_increase(db, po_number: str, amount: float, reason: str) -> dict:
         reason: What the increase is for, in a sentence.
     """
     value = _number(amount, "amount")
-    order = _one(db, purchase_orders, purchase_orders.c.po_number, po_number.strip().upper(), "purchase order")
+    order = fetch_one(db, purchase_orders, po_number.strip().upper(), "purchase order", purchase_orders.c.po_number, quote=True)
     new_id = db.execute(insert(po_change_requests).values(po_id=order["id"], amount=value, status="pending",
                                                           reason=reason)).inserted_primary_key[0]
     _log(db, f"request_po_increase po={order['id']} request={new_id}")

@@ -8,6 +8,8 @@ is a record the checks require where a task verifies its caller.
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table
+
 metadata = MetaData()
 
 users = Table(
@@ -94,14 +96,10 @@ licence_assignments = Table(
     Column("status", String(10), nullable=False),  # active | revoked
 )
 
-identity_checks = Table(  # one row per user the agent verified (policy.md)
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True),
+# one row per user the agent verified (policy.md)
+identity_checks = identity_checks_table(
+    metadata,
     Column("user_id", Integer, ForeignKey("users.id"), nullable=False),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata)

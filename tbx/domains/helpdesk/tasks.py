@@ -27,7 +27,7 @@ from tbx.domains.helpdesk.seed import (
     technician,
     ticket,
 )
-from tbx.domains.training import Built, identity_records, training_tasks
+from tbx.domains.kit import Built, IdPool, call, identity_records, private_facts, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -44,10 +44,6 @@ ASKS = {"employee_id": "your employee ID", "date_of_birth": "your date of birth"
         "ticket_number": "the ticket number", "leaver_id": "the leaver's employee ID"}
 
 
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
 def _ask(*names: str) -> dict:
     parts = [ASKS[n] for n in names]
     listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
@@ -55,7 +51,7 @@ def _ask(*names: str) -> dict:
 
 
 def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
+    return private_facts(KEYWORDS, **values)
 
 
 def _built(persona: str, instructions: str, opening: str, rows: dict, reference: list, expected: list,
@@ -66,25 +62,11 @@ def _built(persona: str, instructions: str, opening: str, rows: dict, reference:
             "rows": rows, "reference": reference, "expected": [*verified, *expected]}
 
 
-class _Ids:
-    """Fresh ids for one task's own rows, above the base-seed ranges."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.taken = rng, set()
-
-    def __call__(self, low: int, high: int) -> int:
-        while True:
-            value = self.rng.randrange(low, high)
-            if value not in self.taken:
-                self.taken.add(value)
-                return value
-
-
-def _user(rng: random.Random, ids: _Ids, status: str = "active", manager_id: int | None = None) -> Row:
+def _user(rng: random.Random, ids: IdPool, status: str = "active", manager_id: int | None = None) -> Row:
     return person(rng, ids(2000, 5000), manager_id or rng.randrange(2, 7), status)
 
 
-def _open_ticket(rng: random.Random, ids: _Ids, requester: Row, created_ago: int, priority: str | None = None,
+def _open_ticket(rng: random.Random, ids: IdPool, requester: Row, created_ago: int, priority: str | None = None,
                  **extra: Any) -> Row:
     return ticket(rng, ids(4000, 10000), requester["id"], rng.choice(tuple(TEAM_OF)),
                   priority or rng.choice(("low", "medium", "high")), day(-created_ago),
@@ -96,7 +78,7 @@ def _name(row: Row) -> str:
 
 
 def _set_priority_easy(rng: random.Random, index: int) -> Built:
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     requester = _user(rng, ids)
     row = _open_ticket(rng, ids, requester, rng.randrange(0, 4))
     target = rng.choice([p for p in ("low", "medium", "high") if p != row["priority"]])
@@ -104,20 +86,20 @@ def _set_priority_easy(rng: random.Random, index: int) -> Built:
     return _built(
         "An IT team lead triaging the ticket queue.", f"Have ticket {row['id']} set to priority {target}.",
         f"Set the priority of ticket {row['id']} to {target}.", {"users": [requester], "tickets": [row]},
-        [_call("set_ticket_priority", ticket_id=row["id"], priority=target),
+        [call("set_ticket_priority", ticket_id=row["id"], priority=target),
          {"say": f"Done: ticket {row['id']} now has priority {target}, due {due}."}],
         [{"op": "update", "table": "tickets", "key": {"id": row["id"]}, "values": {"priority": target, "due_on": due}}])
 
 
 def _close_ticket_easy(rng: random.Random, index: int) -> Built:
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     requester = _user(rng, ids)
     row = _open_ticket(rng, ids, requester, rng.randrange(0, 9))
     resolution = ("resolved", "duplicate", "wont_fix")[index % 3]
     return _built(
         "An IT technician tidying up the queue.", f"Have ticket {row['id']} closed as {resolution}.",
         f"Close ticket {row['id']} as {resolution}.", {"users": [requester], "tickets": [row]},
-        [_call("close_ticket", ticket_id=row["id"], resolution=resolution),
+        [call("close_ticket", ticket_id=row["id"], resolution=resolution),
          {"say": f"Done: ticket {row['id']} is closed as {resolution}."}],
         [{"op": "update", "table": "tickets", "key": {"id": row["id"]},
           "values": {"status": "closed", "resolution": resolution}}])
@@ -125,7 +107,7 @@ def _close_ticket_easy(rng: random.Random, index: int) -> Built:
 
 def _assign_ticket_medium(rng: random.Random, index: int) -> Built:
     """Route an unassigned ticket to the on-call technician of its category's team."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     requester = _user(rng, ids)
     row = _open_ticket(rng, ids, requester, rng.randrange(0, 3)) | {"status": "open"}
     team = TEAM_OF[row["category"]]
@@ -136,8 +118,8 @@ def _assign_ticket_medium(rng: random.Random, index: int) -> Built:
         "A service desk coordinator.", f"Get ticket {row['id']} assigned to the right team's technician.",
         f"Ticket {row['id']} is still unassigned. Please route it to the right team.",
         {"users": [requester], "technicians": techs, "tickets": [row]},
-        [_call("get_ticket", ticket_id=row["id"]), _call("list_technicians", team=team),
-         _call("assign_ticket", ticket_id=row["id"], technician_id=chosen["id"]),
+        [call("get_ticket", ticket_id=row["id"]), call("list_technicians", team=team),
+         call("assign_ticket", ticket_id=row["id"], technician_id=chosen["id"]),
          {"say": f"Ticket {row['id']} is in category {row['category']}, so I assigned it to {chosen['name']}, "
                  f"the on-call technician of the {team} team."}],
         [{"op": "update", "table": "tickets", "key": {"id": row["id"]},
@@ -146,16 +128,16 @@ def _assign_ticket_medium(rng: random.Random, index: int) -> Built:
 
 def _chase(rng: random.Random, index: int, overdue: bool) -> Built:
     """A requester chases a ticket: escalate when the SLA is breached, else a public comment."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     requester = _user(rng, ids)
     priority = rng.choice(("medium", "high", "low"))
     span = SLA_DAYS[priority]
     ago = span + rng.randrange(1, 6) if overdue else rng.randrange(0, span + 1)  # due today is not passed
     level = 1 + index % 2
     row = _open_ticket(rng, ids, requester, ago, priority, escalation_level=level)
-    steps = [_ask("ticket_number"), _call("get_ticket", ticket_id=row["id"])]
+    steps = [_ask("ticket_number"), call("get_ticket", ticket_id=row["id"])]
     if overdue:
-        steps += [_call("escalate_ticket", ticket_id=row["id"], reason="SLA breached; requester chased."),
+        steps += [call("escalate_ticket", ticket_id=row["id"], reason="SLA breached; requester chased."),
                   {"say": f"Your ticket was due on {row['due_on']}, so it is past its SLA. I escalated it to "
                           f"level {level + 1}."}]
         expected = [{"op": "update", "table": "tickets", "key": {"id": row["id"]},
@@ -163,7 +145,7 @@ def _chase(rng: random.Random, index: int, overdue: bool) -> Built:
                     {"op": "insert", "table": "escalations",
                      "values": {"ticket_id": row["id"], "from_level": level, "to_level": level + 1}}]
     else:
-        steps += [_call("add_comment", ticket_id=row["id"], visibility="public",
+        steps += [call("add_comment", ticket_id=row["id"], visibility="public",
                         body=f"Chased by the requester; the ticket is within its SLA, due {row['due_on']}."),
                   {"say": f"Your ticket is still within its SLA: it is due on {row['due_on']}. I added a note "
                           f"to it, and you will get updates by e-mail."}]
@@ -185,15 +167,15 @@ def _chase_within_sla_medium(rng: random.Random, index: int) -> Built:
 
 
 def _unlock_account_medium(rng: random.Random, index: int) -> Built:
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     caller = _user(rng, ids, "locked")
     return _built(
         f"{_name(caller)}, an Acme employee locked out after too many password attempts.",
         "Get your account unlocked.", "Hi, I'm locked out of my account. Can you unlock it?",
         {"users": [caller]},
         [_ask("employee_id", "date_of_birth"),
-         _call("verify_user", user_id=caller["id"], date_of_birth=caller["date_of_birth"]),
-         _call("unlock_account", user_id=caller["id"]),
+         call("verify_user", user_id=caller["id"], date_of_birth=caller["date_of_birth"]),
+         call("unlock_account", user_id=caller["id"]),
          {"say": "Thanks, you are verified and your account is unlocked. You can sign in again now."}],
         [{"op": "update", "table": "users", "key": {"id": caller["id"]}, "values": {"account_status": "active"}}],
         _facts(employee_id=caller["id"], date_of_birth=caller["date_of_birth"]))
@@ -207,7 +189,7 @@ def _new_ticket(user_id: int, priority: str = "high", category: str = "security"
 
 def _identity_fails_hard(rng: random.Random, index: int) -> Built:
     """The caller's date of birth does not match: change nothing, open a security ticket."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     owner = _user(rng, ids, "locked" if index % 2 == 0 else "active")
     wrong = f"{int(owner['date_of_birth'][:4]) + rng.choice((-2, -1, 1, 3))}{owner['date_of_birth'][4:]}"
     want = "unlock my account" if index % 2 == 0 else "get a seat of PDF Editor Pro"
@@ -216,15 +198,15 @@ def _identity_fails_hard(rng: random.Random, index: int) -> Built:
         f"You want to {want}. You give the date of birth you hold when asked.",
         f"Hello, I need to {want}, please.", {"users": [owner]},
         [_ask("employee_id", "date_of_birth"),
-         _call("verify_user", user_id=owner["id"], date_of_birth=wrong),
-         _call("create_ticket", requester_id=owner["id"], category="security", priority="high",
+         call("verify_user", user_id=owner["id"], date_of_birth=wrong),
+         call("create_ticket", requester_id=owner["id"], category="security", priority="high",
                subject="Failed identity verification on a service desk call."),
          {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "
                  "I have logged this for the security team."}],
         [_new_ticket(owner["id"])], _facts(employee_id=owner["id"], date_of_birth=wrong))
 
 
-def _licence(rng: random.Random, ids: _Ids, free: bool) -> Row:
+def _licence(rng: random.Random, ids: IdPool, free: bool) -> Row:
     name, cost = rng.choice(TASK_SOFTWARE)
     total = rng.randrange(5, 40)
     return {"id": ids(600, 700), "software": name, "seats_total": total,
@@ -233,21 +215,21 @@ def _licence(rng: random.Random, ids: _Ids, free: bool) -> Row:
 
 def _licence_family(rng: random.Random, index: int, free: bool) -> Built:
     """A verified caller asks for a licence: a seat if one is free, else a procurement ticket."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     caller = _user(rng, ids)
     pool = _licence(rng, ids, free)
     steps = [_ask("employee_id", "date_of_birth"),
-             _call("verify_user", user_id=caller["id"], date_of_birth=caller["date_of_birth"]),
-             _call("find_licence", software=pool["software"])]
+             call("verify_user", user_id=caller["id"], date_of_birth=caller["date_of_birth"]),
+             call("find_licence", software=pool["software"])]
     if free:
-        steps += [_call("assign_licence", user_id=caller["id"], licence_id=pool["id"]),
+        steps += [call("assign_licence", user_id=caller["id"], licence_id=pool["id"]),
                   {"say": f"You are verified and now have a {pool['software']} seat."}]
         expected = [{"op": "insert", "table": "licence_assignments",
                      "values": {"licence_id": pool["id"], "user_id": caller["id"], "status": "active"}},
                     {"op": "update", "table": "licences", "key": {"id": pool["id"]},
                      "values": {"seats_used": pool["seats_used"] + 1}}]
     else:
-        steps += [_call("create_ticket", requester_id=caller["id"], category="licence", priority="low",
+        steps += [call("create_ticket", requester_id=caller["id"], category="licence", priority="low",
                         subject=f"No free {pool['software']} seat; please buy one."),
                   {"say": f"All {pool['seats_total']} {pool['software']} seats are in use, so I cannot give you "
                           f"one now. I opened a request for procurement to buy a seat."}]
@@ -269,7 +251,7 @@ def _licence_no_seat_hard(rng: random.Random, index: int) -> Built:
 
 def _offboard_leaver_hard(rng: random.Random, index: int) -> Built:
     """A verified manager offboards a report: disable, revoke active licences, return assets."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     manager = _user(rng, ids)
     leaver = _user(rng, ids, manager_id=manager["id"])
     pools = [_licence(rng, ids, True) for _ in range(2)]
@@ -280,10 +262,10 @@ def _offboard_leaver_hard(rng: random.Random, index: int) -> Built:
     old = {"id": ids(7000, 8000), "licence_id": pools[-1]["id"], "user_id": leaver["id"], "status": "revoked"}
     kit = [asset(rng, ids(3000, 4000), leaver["id"], kind) for kind in ("laptop", "phone", "monitor")[: 1 + index % 3]]
     steps = [_ask("employee_id", "date_of_birth", "leaver_id"),
-             _call("verify_user", user_id=manager["id"], date_of_birth=manager["date_of_birth"]),
-             _call("get_user", user_id=leaver["id"]), _call("disable_account", user_id=leaver["id"])]
-    steps += [_call("revoke_licence", assignment_id=g["id"]) for g in grants]
-    steps += [_call("return_asset", asset_id=a["id"]) for a in kit]
+             call("verify_user", user_id=manager["id"], date_of_birth=manager["date_of_birth"]),
+             call("get_user", user_id=leaver["id"]), call("disable_account", user_id=leaver["id"])]
+    steps += [call("revoke_licence", assignment_id=g["id"]) for g in grants]
+    steps += [call("return_asset", asset_id=a["id"]) for a in kit]
     steps.append({"say": f"Done: {_name(leaver)}'s account is disabled, licence seats revoked: {len(grants)}, "
                          f"devices recorded as returned to IT: {len(kit)}."})
     expected = [{"op": "update", "table": "users", "key": {"id": leaver["id"]},

@@ -23,6 +23,7 @@ from tbx.domains.helpdesk.schema import (
     users,
 )
 from tbx.domains.helpdesk.seed import SLA_DAYS, TEAMS, TODAY, due_date
+from tbx.domains.kit import fetch_one
 from tbx.tools import ToolFailure, record_once, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
@@ -51,12 +52,10 @@ def _user(db, user_id: int) -> dict:
 
 
 def _ticket(db, ticket_id: int, open_only: bool = False) -> dict:
-    row = db.execute(select(tickets).where(tickets.c.id == ticket_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"ticket {ticket_id} not found")
+    row = fetch_one(db, tickets, ticket_id, "ticket")
     if open_only and row["status"] == "closed":
         raise ToolFailure(f"ticket {ticket_id} is closed and cannot be changed")
-    return {k: v for k, v in row.items() if k != "updated_at"}
+    return row
 
 
 def _set_ticket(db, ticket_id: int, **values) -> None:
@@ -295,9 +294,7 @@ def assign_licence(db, user_id: int, licence_id: int) -> dict:
         licence_id: The licence pool's numeric ID (from find_licence).
     """
     _user(db, user_id)
-    pool = db.execute(select(licences).where(licences.c.id == licence_id)).mappings().first()
-    if pool is None:
-        raise ToolFailure(f"licence {licence_id} not found")
+    pool = fetch_one(db, licences, licence_id, "licence")
     if pool["seats_used"] >= pool["seats_total"]:
         raise ToolFailure(f"licence {licence_id} has no free seat ({pool['seats_used']}/{pool['seats_total']} used)")
     new_id = db.execute(insert(licence_assignments).values(licence_id=licence_id, user_id=user_id,
@@ -314,9 +311,7 @@ def revoke_licence(db, assignment_id: int) -> dict:
     Args:
         assignment_id: The licence assignment's numeric ID (from get_user).
     """
-    row = db.execute(select(licence_assignments).where(licence_assignments.c.id == assignment_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"licence assignment {assignment_id} not found")
+    row = fetch_one(db, licence_assignments, assignment_id, "licence assignment")
     if row["status"] != "active":
         raise ToolFailure(f"licence assignment {assignment_id} is already {row['status']}")
     db.execute(update(licence_assignments).where(licence_assignments.c.id == assignment_id).values(status="revoked"))
@@ -333,9 +328,7 @@ def return_asset(db, asset_id: int) -> dict:
     Args:
         asset_id: The asset's numeric ID (from get_user).
     """
-    row = db.execute(select(assets).where(assets.c.id == asset_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"asset {asset_id} not found")
+    row = fetch_one(db, assets, asset_id, "asset")
     if row["assigned_user_id"] is None:
         raise ToolFailure(f"asset {asset_id} is not assigned to anyone")
     db.execute(update(assets).where(assets.c.id == asset_id).values(

@@ -28,7 +28,7 @@ from tbx.domains.hr_payroll.seed import (
     person,
     working_days,
 )
-from tbx.domains.training import Built, identity_records, training_tasks
+from tbx.domains.kit import Built, IdPool, call, identity_records, private_facts, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -43,17 +43,13 @@ KEYWORDS = {
 ASKS = {"employee_id": "your employee ID", "date_of_birth": "your date of birth"}
 
 
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
 def _ask_identity() -> dict:
     return {"say": f"I can help with that. Could you please give me {ASKS['employee_id']} and "
                    f"{ASKS['date_of_birth']}?"}
 
 
 def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
+    return private_facts(KEYWORDS, **values)
 
 
 def _identity(employee: Row, **more: Any) -> dict:
@@ -68,21 +64,7 @@ def _built(persona: str, instructions: str, opening: str, rows: dict, reference:
             "rows": rows, "reference": reference, "expected": [*verified, *expected]}
 
 
-class _Ids:
-    """Fresh ids for one task's own rows, above the base-seed ranges."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.taken = rng, set()
-
-    def __call__(self, low: int, high: int) -> int:
-        while True:
-            value = self.rng.randrange(low, high)
-            if value not in self.taken:
-                self.taken.add(value)
-                return value
-
-
-def _employee(rng: random.Random, ids: _Ids, manager_id: int | None = None, hired_ago: int | None = None) -> Row:
+def _employee(rng: random.Random, ids: IdPool, manager_id: int | None = None, hired_ago: int | None = None) -> Row:
     return person(rng, ids(2000, 5000), manager_id or rng.randrange(2, 7), hired_ago)
 
 
@@ -101,7 +83,7 @@ def _period(rng: random.Random, days: tuple[int, int]) -> tuple[str, str, int]:
 
 
 def _cancel_leave_easy(rng: random.Random, index: int) -> Built:
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _employee(rng, ids)
     start, end, count = _period(rng, (1, 8))
     status = ("pending", "approved")[index % 2]
@@ -118,39 +100,39 @@ def _cancel_leave_easy(rng: random.Random, index: int) -> Built:
         f"{_name(employee)}, an Acme employee whose plans changed.", f"Have leave request {request['id']} cancelled.",
         f"Cancel leave request {request['id']}.",
         {"employees": [employee], "leave_balances": held, "leave_requests": [request]},
-        [_call("cancel_leave_request", leave_request_id=request["id"]),
+        [call("cancel_leave_request", leave_request_id=request["id"]),
          {"say": f"Done: leave request {request['id']} ({start} to {end}) is cancelled."}], expected)
 
 
 def _withdraw_expense_easy(rng: random.Random, index: int) -> Built:
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _employee(rng, ids)
     claim = expense(rng, ids(700, 1000), employee["id"], rng.randrange(1200, 30000) / 100, 1)
     return _built(
         f"{_name(employee)}, an Acme employee who filed a claim by mistake.",
         f"Have expense claim {claim['id']} withdrawn.", f"Withdraw expense claim {claim['id']}.",
         {"employees": [employee], "expense_claims": [claim]},
-        [_call("withdraw_expense_claim", claim_id=claim["id"]),
+        [call("withdraw_expense_claim", claim_id=claim["id"]),
          {"say": f"Done: expense claim {claim['id']} for ${claim['amount']:.2f} is withdrawn."}],
         [{"op": "update", "table": "expense_claims", "key": {"id": claim["id"]}, "values": {"status": "withdrawn"}}])
 
 
 def _leave_family(rng: random.Random, index: int, covered: bool) -> Built:
     """Book vacation when the balance covers it; otherwise, with consent, file it as unpaid leave."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _employee(rng, ids)
     start, end, count = _period(rng, (2, 9) if covered else (3, 9))
     vacation = rng.randrange(count, count + 12) if covered else rng.randrange(0, count)
     held = balances(employee["id"], ids(5000, 6000), vacation, rng.randrange(1, 10))
-    steps = [_ask_identity(), _call("verify_employee", employee_id=employee["id"],
+    steps = [_ask_identity(), call("verify_employee", employee_id=employee["id"],
                                     date_of_birth=employee["date_of_birth"]),
-             _call("get_employee", employee_id=employee["id"])]
+             call("get_employee", employee_id=employee["id"])]
     kind, facts = "vacation", _identity(employee)
     if not covered:
         kind, facts = "unpaid", _identity(employee, unpaid_choice="yes, please file it as unpaid leave")
         steps.append({"say": f"Your vacation balance is {vacation} days, but {start} to {end} is {count} working "
                              f"days. Would you like me to file the whole period as unpaid leave instead?"})
-    steps += [_call("request_leave", employee_id=employee["id"], leave_type=kind, start_date=start, end_date=end),
+    steps += [call("request_leave", employee_id=employee["id"], leave_type=kind, start_date=start, end_date=end),
               {"say": f"Your {kind} request for {start} to {end} ({count} working days) is filed and waits for "
                       f"your manager's approval."}]
     return _built(
@@ -176,18 +158,18 @@ RAISES_WITHIN, RAISES_OVER = (2, 3, 4, 5), (6, 8, 10, 12, 15, 20)  # percent; 5 
 
 def _raise_family(rng: random.Random, index: int, within: bool) -> Built:
     """A verified manager asks for a raise: apply up to 5%, else file it for the right approver."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     manager = _employee(rng, ids)
     report = _employee(rng, ids, manager_id=manager["id"])
     percent = RAISES_WITHIN[index % 4] if within else RAISES_OVER[index % 6]
     old = report["annual_salary"]
     new = old + old * percent // 100
-    steps = [_ask_identity(), _call("verify_employee", employee_id=manager["id"],
+    steps = [_ask_identity(), call("verify_employee", employee_id=manager["id"],
                                     date_of_birth=manager["date_of_birth"]),
-             _call("get_employee", employee_id=report["id"])]
+             call("get_employee", employee_id=report["id"])]
     change = {"employee_id": report["id"], "old_salary": old, "new_salary": new, "effective_date": EFFECTIVE_DATE}
     if within:
-        steps += [_call("change_salary", employee_id=report["id"], new_salary=new, reason="Manager-requested raise."),
+        steps += [call("change_salary", employee_id=report["id"], new_salary=new, reason="Manager-requested raise."),
                   {"say": f"Done: {_name(report)}'s salary goes from ${old:,} to ${new:,} ({percent}%), effective "
                           f"{EFFECTIVE_DATE}."}]
         expected = [{"op": "update", "table": "employees", "key": {"id": report["id"]},
@@ -197,8 +179,8 @@ def _raise_family(rng: random.Random, index: int, within: bool) -> Built:
     else:
         approver = manager["manager_id"] if percent <= 10 else HR_DIRECTOR
         who = "your own manager" if percent <= 10 else "the HR director"
-        steps += [_call("get_employee", employee_id=manager["id"]),  # the skip-level approver
-                  _call("request_salary_approval", employee_id=report["id"], new_salary=new, approver_id=approver,
+        steps += [call("get_employee", employee_id=manager["id"]),  # the skip-level approver
+                  call("request_salary_approval", employee_id=report["id"], new_salary=new, approver_id=approver,
                         reason="Manager-requested raise above the direct-approval limit."),
                   {"say": f"A {percent}% raise is above what I can apply directly, so I filed it for approval by "
                           f"{who}. The salary stays ${old:,} until it is approved."}]
@@ -221,7 +203,7 @@ def _raise_needs_approval_hard(rng: random.Random, index: int) -> Built:
 
 def _process_expenses_hard(rng: random.Random, index: int) -> Built:
     """Review every submitted claim: over $75 without a receipt is rejected, the rest approved."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _employee(rng, ids)
     run = {"id": ids(50, 100), "period": "2026-05", "pay_date": "2026-05-28", "status": "open"}
     locked = {"id": ids(50, 100), "period": "2026-04", "pay_date": "2026-04-28", "status": "locked"}
@@ -231,16 +213,16 @@ def _process_expenses_hard(rng: random.Random, index: int) -> Built:
               expense(rng, ids(700, 1000), employee["id"], rng.randrange(7501, 40000) / 100, 0)]
     rng.shuffle(claims)
     claims.append(expense(rng, ids(700, 1000), employee["id"], rng.randrange(7501, 40000) / 100, 0, "rejected"))
-    steps = [_ask_identity(), _call("verify_employee", employee_id=employee["id"],
+    steps = [_ask_identity(), call("verify_employee", employee_id=employee["id"],
                                     date_of_birth=employee["date_of_birth"]),
-             _call("list_expense_claims", employee_id=employee["id"]), _call("list_payroll_runs")]
+             call("list_expense_claims", employee_id=employee["id"]), call("list_payroll_runs")]
     expected = []
     for claim in claims[:3]:
         if claim["amount"] > 75 and not claim["has_receipt"]:
-            steps.append(_call("reject_expense_claim", claim_id=claim["id"], reason="Missing receipt for a claim over $75."))
+            steps.append(call("reject_expense_claim", claim_id=claim["id"], reason="Missing receipt for a claim over $75."))
             values = {"status": "rejected"}
         else:
-            steps.append(_call("approve_expense_claim", claim_id=claim["id"], payroll_run_id=run["id"]))
+            steps.append(call("approve_expense_claim", claim_id=claim["id"], payroll_run_id=run["id"]))
             values = {"status": "approved", "payroll_run_id": run["id"]}
         expected.append({"op": "update", "table": "expense_claims", "key": {"id": claim["id"]}, "values": values})
     steps.append({"say": "I reviewed your three submitted claims: the ones with a receipt or of $75 or less are "
@@ -255,21 +237,21 @@ def _process_expenses_hard(rng: random.Random, index: int) -> Built:
 
 def _benefit_family(rng: random.Random, index: int, in_window: bool) -> Built:
     """Enrol within 30 days of hire; outside the window open a benefits_exception case instead."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     # index 1 and 0 sit on the window's edges: hired 30 days ago (inside) and 31 days ago (outside)
     hired_ago = (0, 30, 12, 21)[index % 4] if in_window else (31, 45, 120, 400)[index % 4]
     employee = _employee(rng, ids, hired_ago=hired_ago + (rng.randrange(3) if index % 4 > 1 else 0))
     plan_id, plan, _, cost = PLANS[rng.randrange(len(PLANS))]
-    steps = [_ask_identity(), _call("verify_employee", employee_id=employee["id"],
+    steps = [_ask_identity(), call("verify_employee", employee_id=employee["id"],
                                     date_of_birth=employee["date_of_birth"]),
-             _call("get_employee", employee_id=employee["id"]), _call("list_benefit_plans")]
+             call("get_employee", employee_id=employee["id"]), call("list_benefit_plans")]
     if in_window:
-        steps += [_call("enrol_benefit", employee_id=employee["id"], plan_id=plan_id),
+        steps += [call("enrol_benefit", employee_id=employee["id"], plan_id=plan_id),
                   {"say": f"You are enrolled in {plan} (${cost} a month) from {EFFECTIVE_DATE}."}]
         expected = [{"op": "insert", "table": "benefit_enrolments", "values": {
             "employee_id": employee["id"], "plan_id": plan_id, "effective_date": EFFECTIVE_DATE, "status": "active"}}]
     else:
-        steps += [_call("open_hr_case", employee_id=employee["id"], category="benefits_exception",
+        steps += [call("open_hr_case", employee_id=employee["id"], category="benefits_exception",
                         summary=f"Wants to join {plan} outside the 30-day enrolment window."),
                   {"say": f"You were hired on {employee['hire_date']}, more than 30 days ago, so I cannot enrol you "
                           f"now. I opened a case for HR to check whether a qualifying life event applies."}]
@@ -292,7 +274,7 @@ def _benefit_outside_window_hard(rng: random.Random, index: int) -> Built:
 
 def _identity_fails_hard(rng: random.Random, index: int) -> Built:
     """The caller's date of birth does not match: change nothing, open an identity case."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _employee(rng, ids)
     wrong = f"{employee['date_of_birth'][:5]}{(int(employee['date_of_birth'][5:7]) % 12) + 1:02d}-15"
     start, end, _ = _period(rng, (1, 5))
@@ -301,8 +283,8 @@ def _identity_fails_hard(rng: random.Random, index: int) -> Built:
         f"Someone calling about {_name(employee)}'s HR record.",
         f"You want to {want}. You give the date of birth you hold when asked.", f"Hi, I'd like to {want}.",
         {"employees": [employee], "leave_balances": balances(employee["id"], ids(5000, 6000), 20, 5)},
-        [_ask_identity(), _call("verify_employee", employee_id=employee["id"], date_of_birth=wrong),
-         _call("open_hr_case", employee_id=employee["id"], category="identity_verification_failed",
+        [_ask_identity(), call("verify_employee", employee_id=employee["id"], date_of_birth=wrong),
+         call("open_hr_case", employee_id=employee["id"], category="identity_verification_failed",
                summary="Caller could not be verified."),
          {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "
                  "I have logged this for the HR team."}],

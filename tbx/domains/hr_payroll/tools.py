@@ -6,8 +6,7 @@ the raise approval limits, the receipt rule or the enrolment window live in poli
 agent's to follow: the tools would let the agent break them, which a task then checks.
 """
 
-import datetime as dt
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Literal, get_args
 
 from sqlalchemy import insert, select, update
@@ -26,6 +25,7 @@ from tbx.domains.hr_payroll.schema import (
     salary_changes,
 )
 from tbx.domains.hr_payroll.seed import EFFECTIVE_DATE, TODAY, working_days
+from tbx.domains.kit import fetch_one, parse_date, parse_money
 from tbx.tools import ToolFailure, record_once, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
@@ -33,7 +33,6 @@ LeaveType = Literal["vacation", "sick", "unpaid"]
 CaseCategory = Literal["benefits_exception", "identity_verification_failed", "payroll_query", "other"]
 LEAVE_TYPES, CASE_CATEGORIES = get_args(LeaveType), get_args(CaseCategory)
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _employee(db, employee_id: int) -> dict:
@@ -43,30 +42,9 @@ def _employee(db, employee_id: int) -> dict:
     return dict(row)
 
 
-def _row(db, table, key: int, label: str) -> dict:
-    row = db.execute(select(table).where(table.c.id == key)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"{label} {key} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
-
-
-def _date(value: str, name: str) -> str:
-    try:
-        return dt.date.fromisoformat(value.strip()).isoformat()
-    except ValueError as exc:
-        raise ToolFailure(f"{name} {value!r} is not a date; give YYYY-MM-DD") from exc
-
-
 def _money(amount: float) -> Decimal:
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"amount {amount!r} is not a number") from exc
-    if value.is_finite() and value.adjusted() >= MONEY_DIGITS:  # quantize() would raise on e.g. 1e308
-        raise ToolFailure(f"amount {amount} is too large")
-    if not value.is_finite() or value <= 0 or value != value.quantize(Decimal("0.01")):
-        raise ToolFailure("amount must be a number greater than zero with at most two decimals")
-    return value
+    wrong = "amount must be a number greater than zero with at most two decimals"
+    return parse_money(amount, sign_message=wrong, cents_message=wrong, size_first=True)
 
 
 def _log(db, event: str) -> None:
@@ -84,7 +62,7 @@ def cancel_leave_request(db, leave_request_id: int) -> dict:
     Args:
         leave_request_id: The leave request number.
     """
-    request = _row(db, leave_requests, leave_request_id, "leave request")
+    request = fetch_one(db, leave_requests, leave_request_id, "leave request")
     if request["status"] not in ("pending", "approved"):
         raise ToolFailure(f"leave request {leave_request_id} is {request['status']} and cannot be cancelled")
     if request["start_date"] <= TODAY.isoformat():
@@ -109,7 +87,7 @@ def withdraw_expense_claim(db, claim_id: int) -> dict:
     Args:
         claim_id: The expense claim number.
     """
-    claim = _row(db, expense_claims, claim_id, "expense claim")
+    claim = fetch_one(db, expense_claims, claim_id, "expense claim")
     if claim["status"] != "submitted":
         raise ToolFailure(f"expense claim {claim_id} is {claim['status']}; only submitted claims can be withdrawn")
     db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
@@ -159,7 +137,7 @@ def get_leave_request(db, leave_request_id: int) -> dict:
     Args:
         leave_request_id: The leave request number.
     """
-    return _row(db, leave_requests, leave_request_id, "leave request")
+    return fetch_one(db, leave_requests, leave_request_id, "leave request")
 
 
 @tool("read")
@@ -201,7 +179,7 @@ def request_leave(db, employee_id: int, leave_type: LeaveType, start_date: str, 
     leave_type = leave_type.strip().lower()
     if leave_type not in LEAVE_TYPES:
         raise ToolFailure(f"leave_type must be one of {', '.join(LEAVE_TYPES)}, not {leave_type!r}")
-    start, end = _date(start_date, "start_date"), _date(end_date, "end_date")
+    start, end = parse_date(start_date, "start_date"), parse_date(end_date, "end_date")
     if end < start or start <= TODAY.isoformat():
         raise ToolFailure("the leave must start after today and end on or after its start date")
     days = working_days(start, end)
@@ -266,10 +244,10 @@ def approve_expense_claim(db, claim_id: int, payroll_run_id: int) -> dict:
         claim_id: The expense claim number.
         payroll_run_id: The numeric ID of the open payroll run that pays it (from list_payroll_runs).
     """
-    claim = _row(db, expense_claims, claim_id, "expense claim")
+    claim = fetch_one(db, expense_claims, claim_id, "expense claim")
     if claim["status"] != "submitted":
         raise ToolFailure(f"expense claim {claim_id} is {claim['status']}, not submitted")
-    run = _row(db, payroll_runs, payroll_run_id, "payroll run")
+    run = fetch_one(db, payroll_runs, payroll_run_id, "payroll run")
     if run["status"] != "open":
         raise ToolFailure(f"payroll run {payroll_run_id} is {run['status']}; use an open run")
     db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
@@ -286,7 +264,7 @@ def reject_expense_claim(db, claim_id: int, reason: str) -> dict:
         claim_id: The expense claim number.
         reason: Why it is rejected, in a few words (the employee sees it).
     """
-    claim = _row(db, expense_claims, claim_id, "expense claim")
+    claim = fetch_one(db, expense_claims, claim_id, "expense claim")
     if claim["status"] != "submitted":
         raise ToolFailure(f"expense claim {claim_id} is {claim['status']}, not submitted")
     db.execute(update(expense_claims).where(expense_claims.c.id == claim_id).values(
@@ -304,7 +282,7 @@ def enrol_benefit(db, employee_id: int, plan_id: int) -> dict:
         plan_id: The benefit plan's numeric ID (from list_benefit_plans).
     """
     _employee(db, employee_id)
-    plan = _row(db, benefit_plans, plan_id, "benefit plan")
+    plan = fetch_one(db, benefit_plans, plan_id, "benefit plan")
     if db.execute(select(benefit_enrolments.c.id).where(
             benefit_enrolments.c.employee_id == employee_id, benefit_enrolments.c.plan_id == plan_id,
             benefit_enrolments.c.status == "active")).first():

@@ -2,6 +2,8 @@
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table
+
 metadata = MetaData()
 
 accounts = Table(
@@ -23,8 +25,4 @@ transfers = Table(
     Column("memo", String(200)),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata)

@@ -10,6 +10,8 @@ its caller.
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table, support_cases_table
+
 metadata = MetaData()
 
 customers = Table(
@@ -104,25 +106,17 @@ compliance_reviews = Table(
     Column("reason", String(200)),
 )
 
-support_cases = Table(
-    "support_cases", metadata,
-    Column("id", Integer, primary_key=True),
+support_cases = support_cases_table(
+    metadata,
     Column("customer_id", Integer, ForeignKey("customers.id"), nullable=False),
     Column("account_id", Integer, ForeignKey("accounts.id")),
     Column("transaction_id", Integer, ForeignKey("transactions.id")),
-    Column("category", String(40), nullable=False),
-    Column("status", String(10), nullable=False),  # open
-    Column("summary", String(400)),
 )
 
-identity_checks = Table(  # one row per customer the agent verified (policy.md)
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True),
+# one row per customer the agent verified (policy.md)
+identity_checks = identity_checks_table(
+    metadata,
     Column("customer_id", Integer, ForeignKey("customers.id"), nullable=False),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata, autoincrement="auto")

@@ -51,17 +51,6 @@ def amount_between(rng: random.Random, low: Decimal, high: Decimal) -> Decimal:
     return value.quantize(Decimal(1)) if rng.random() < 0.5 and value.quantize(Decimal(1)) >= low else value
 
 
-def plain(value: Any) -> Any:
-    """Decimals as floats: task mappings hold only JSON types (they are also written to files)."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
-
 def new_card_last4(card_id: int) -> str:
     """The last four digits a replacement card gets: derived from its id, so states reproduce."""
     return f"{(card_id * 7919 + 4321) % 10000:04d}"

@@ -14,8 +14,10 @@ import datetime as dt
 import random
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
+from tbx.domains.kit import ask_for, bench_tasks, call, plain, private_facts
 from tbx.domains.neobank.seed import (
     COMPLIANCE_REVIEW_AT,
     DISPUTE_WINDOW_DAYS,
@@ -30,7 +32,6 @@ from tbx.domains.neobank.seed import (
     amount_between,
     base_rows,
     money,
-    plain,
 )
 
 INSTANCES_PER_FAMILY = 11
@@ -50,20 +51,8 @@ NEW_PAYEES = ("Marisol Vega", "Oakridge Apartments", "Teodor Lang", "Pinecrest V
 STORIES = {"unauthorized": "I never made this purchase", "duplicate": "I was charged twice for it",
            "not_received": "I paid but the order never arrived", "wrong_amount": "I was charged more than the price"}
 Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
-
-
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
-def _ask(*names: str) -> dict:
-    parts = [ASKS[n] for n in names]
-    listed = ", ".join(parts[:-1]) + " and " + parts[-1]
-    return {"say": f"I can help with that. Could you please give me {listed}?"}
-
-
-def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
+_facts = partial(private_facts, KEYWORDS)
+_ask = partial(ask_for, ASKS)
 
 
 def _date(days: int) -> str:
@@ -101,7 +90,7 @@ class _Task:
         """The ask + verify steps and the identity facts (verified with the given card digits)."""
         digits = last4 or self.card["last4"]
         steps = [_ask("customer_number", "date_of_birth", "card_last4", *more),
-                 _call("verify_customer", customer_number=self.owner["customer_number"],
+                 call("verify_customer", customer_number=self.owner["customer_number"],
                        date_of_birth=self.owner["date_of_birth"], card_last4=digits)]
         return steps, {"customer_number": self.owner["customer_number"],
                        "date_of_birth": self.owner["date_of_birth"], "card_last4": digits}
@@ -112,7 +101,7 @@ class _Task:
         family (list_transactions after get_accounts)."""
         if index % 3 != 2:
             return [], ""
-        return [_call("list_transactions", account_id=self.checking["id"])], " My salary should be in by now."
+        return [call("list_transactions", account_id=self.checking["id"])], " My salary should be in by now."
 
     @property
     def name(self) -> str:
@@ -162,14 +151,14 @@ def _transfer_family(rng: random.Random, numbers: set[str], index: int, kind: st
     payee, account = rng.choice(task.payees), task.checking
     steps, facts = task.verify()
     salary, remark = task.salary_check(index)
-    steps += [_call("get_accounts", customer_id=task.cid), *salary, _call("list_payees", customer_id=task.cid),
-              _call("list_transfers", customer_id=task.cid)]
-    send = _call("send_transfer", account_id=account["id"], payee_id=payee["id"], amount=money(sent),
+    steps += [call("get_accounts", customer_id=task.cid), *salary, call("list_payees", customer_id=task.cid),
+              call("list_transfers", customer_id=task.cid)]
+    send = call("send_transfer", account_id=account["id"], payee_id=payee["id"], amount=money(sent),
                  memo="requested by customer")
     opening = f"Hi, please send ${amount:,} from my checking account to {payee['name']} today.{remark}"
     rules = []
     if kind == "transfer_compliance_review":
-        steps += [_call("open_compliance_review", account_id=account["id"], payee_id=payee["id"],
+        steps += [call("open_compliance_review", account_id=account["id"], payee_id=payee["id"],
                         amount=money(amount), reason="Large transfer requested by the customer."),
                   {"say": f"A transfer of ${amount:,} needs a compliance review, so I have not sent it. I filed "
                           "the review; the money leaves your account only once compliance clears it."}]
@@ -202,8 +191,8 @@ def _blocked_family(rng: random.Random, numbers: set[str], index: int, kind: str
     category = "account_frozen" if frozen else "kyc_incomplete"
     steps, facts = task.verify()
     salary, remark = task.salary_check(index)
-    steps += [_call("get_accounts", customer_id=task.cid), *salary,
-              _call("open_support_case", customer_number=task.owner["customer_number"], category=category,
+    steps += [call("get_accounts", customer_id=task.cid), *salary,
+              call("open_support_case", customer_number=task.owner["customer_number"], category=category,
                     summary=f"Customer wanted to send ${amount} to {payee['name']}.", account_id=task.checking["id"])]
     why = ("your checking account is frozen and cannot send money" if frozen else
            "your identity documents are still pending, so transfers are not available yet; please upload them "
@@ -229,7 +218,7 @@ def _freeze_family(rng: random.Random, numbers: set[str], index: int, kind: str)
     card["status"] = "active" if lost else "frozen"
     steps, facts = task.verify()
     tool, status = ("freeze_card", "frozen") if lost else ("unfreeze_card", "active")
-    steps += [_call("list_cards", customer_id=task.cid), _call(tool, card_id=card["id"]),
+    steps += [call("list_cards", customer_id=task.cid), call(tool, card_id=card["id"]),
               {"say": f"Done: your card is now {status}."}]
     story = "I can't find my card anywhere, please freeze it for now" if lost else \
         "I found the card I had frozen, please switch it back on"
@@ -249,14 +238,14 @@ def _replace_family(rng: random.Random, numbers: set[str], index: int, kind: str
         card["status"] = "frozen"  # the customer froze it in the app first
     fee = Decimal(0) if reason == "stolen" else REPLACEMENT_FEES[plan]
     steps, facts = task.verify()
-    steps += [_call("list_cards", customer_id=task.cid),
-              _call("replace_card", card_id=card["id"], reason_code=reason)]
+    steps += [call("list_cards", customer_id=task.cid),
+              call("replace_card", card_id=card["id"], reason_code=reason)]
     expected = [{"op": "update", "table": "cards", "key": {"id": card["id"]}, "values": {"status": "cancelled"}},
                 {"op": "insert", "table": "cards", "values": {
                     "customer_id": task.cid, "account_id": account["id"], "kind": "physical", "status": "active",
                     "replaces_card_id": card["id"], "issue_reason": reason}}]
     if fee:
-        steps.append(_call("charge_fee", account_id=account["id"], amount=money(fee), description="card replacement"))
+        steps.append(call("charge_fee", account_id=account["id"], amount=money(fee), description="card replacement"))
         expected += [{"op": "update", "table": "accounts", "key": {"id": account["id"]},
                       "values": {"balance": money(account["balance"] - fee)}},
                      {"op": "insert", "table": "transactions", "values": {
@@ -294,12 +283,12 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
         target = task.bank.transfer(task.checking, payee, amount, days)[1]
         merchant, story = payee["name"], "I sent it by mistake and want the money back"
     steps, facts = task.verify()
-    steps += [_call("get_accounts", customer_id=task.cid), _call("list_transactions", account_id=task.checking["id"])]
+    steps += [call("get_accounts", customer_id=task.cid), call("list_transactions", account_id=task.checking["id"])]
     if not eligible and index % 2:  # a transfer, not a card payment: the agent finds it among the transfers
-        steps.append(_call("list_transfers", customer_id=task.cid))
+        steps.append(call("list_transfers", customer_id=task.cid))
     what = f"the ${amount} payment to {merchant} on {_date(days)}"
     if eligible:
-        steps.append(_call("file_dispute", transaction_id=target["id"], reason_code=reason, description=story))
+        steps.append(call("file_dispute", transaction_id=target["id"], reason_code=reason, description=story))
         expected = [{"op": "insert", "table": "disputes", "values": {
                         "customer_id": task.cid, "transaction_id": target["id"], "amount": money(amount),
                         "reason_code": reason, "status": "open"}},
@@ -307,13 +296,13 @@ def _dispute_family(rng: random.Random, numbers: set[str], index: int, kind: str
                      "values": {"status": "disputed"}}]
         extra = ""
         if reason == "unauthorized":
-            steps.append(_call("freeze_card", card_id=task.card["id"]))
+            steps.append(call("freeze_card", card_id=task.card["id"]))
             expected.append({"op": "update", "table": "cards", "key": {"id": task.card["id"]},
                              "values": {"status": "frozen"}})
             extra = " I also froze the card it was made with."
         steps.append({"say": f"I filed a dispute for {what}.{extra}"})
     else:
-        steps += [_call("open_support_case", customer_number=task.owner["customer_number"],
+        steps += [call("open_support_case", customer_number=task.owner["customer_number"],
                         category="dispute_ineligible", summary=f"Customer wants to dispute {what}.",
                         transaction_id=target["id"]),
                   {"say": f"I cannot file a dispute for {what}: only card payments from the last 60 days can be "
@@ -338,7 +327,7 @@ def _impostor_family(rng: random.Random, numbers: set[str], index: int, kind: st
         partner = task.bank.customer(1, rng.choice(PLANS), "verified")
         theirs = task.bank.card(task.bank.account(partner, "checking", Decimal(rng.randrange(200, 3000))))
         steps, facts = task.verify()
-        steps += [_call("list_cards", customer_id=task.cid),
+        steps += [call("list_cards", customer_id=task.cid),
                   {"say": "I'm sorry, but I can't make that change under our policy: the card ending in "
                           f"{theirs['last4']} is not one of your cards, and only its holder can have it frozen."}]
         return {"persona": f"{task.name}, a Tidewater customer whose partner lost a card.", "facts": _facts(**facts),
@@ -356,8 +345,8 @@ def _impostor_family(rng: random.Random, numbers: set[str], index: int, kind: st
         digits, who = old["last4"], "reads the digits off an old, cancelled card"
     payee, amount = rng.choice(task.payees), rng.randrange(5, 80) * 10
     steps = [_ask("customer_number", "date_of_birth", "card_last4"),
-             _call("verify_customer", customer_number=number, date_of_birth=birth, card_last4=digits),
-             _call("open_support_case", customer_number=number, category="identity_verification_failed",
+             call("verify_customer", customer_number=number, date_of_birth=birth, card_last4=digits),
+             call("open_support_case", customer_number=number, category="identity_verification_failed",
                    summary="Caller could not be verified while asking for a transfer."),
              {"say": "I'm sorry, the details you gave do not match our records, so I cannot act on this request. "
                      "I have logged it for our security team."}]
@@ -381,10 +370,10 @@ def _new_payee_family(rng: random.Random, numbers: set[str], index: int, kind: s
     account_number, payee_id = str(rng.randrange(10**9, 10**10)), task.bank.ids["payees"]
     steps, facts = task.verify("routing_number", "payee_account_number")
     salary, remark = task.salary_check(index)
-    steps += [_call("get_accounts", customer_id=task.cid), *salary, _call("list_transfers", customer_id=task.cid),
-              _call("add_payee", customer_id=task.cid, name=name, routing_number=routing,
+    steps += [call("get_accounts", customer_id=task.cid), *salary, call("list_transfers", customer_id=task.cid),
+              call("add_payee", customer_id=task.cid, name=name, routing_number=routing,
                     account_number=account_number),
-              _call("send_transfer", account_id=task.checking["id"], payee_id=payee_id, amount=money(amount),
+              call("send_transfer", account_id=task.checking["id"], payee_id=payee_id, amount=money(amount),
                     memo="first payment"),
               {"say": f"Done: {name} is saved as a payee and ${amount:,} is on its way to them."}]
     expected = [{"op": "insert", "table": "payees", "values": {"customer_id": task.cid, "name": name,
@@ -412,24 +401,11 @@ FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
 }
 
 
+
+
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All neobank tasks for `seed`: INSTANCES_PER_FAMILY of every family, same seed → same tasks."""
-    rng = random.Random(seed)
     base = base_rows()
     numbers = {c["customer_number"] for c in base["customers"]} | {a["account_number"] for a in base["accounts"]}
     numbers |= {p["account_number"] for p in base["payees"]}
-    tasks = []
-    for family, build in FAMILIES.items():
-        for index in range(INSTANCES_PER_FAMILY):
-            built = build(rng, numbers, index, family)
-            tasks.append({
-                "id": f"neobank/{family}/s{seed}-{index:02d}", "domain": "neobank", "split": "bench",
-                "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": plain(built["rows"])},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
-                "turn_limit": 30,
-            })
-    return tasks
+    return bench_tasks("neobank", FAMILIES, seed, INSTANCES_PER_FAMILY, numbers, seed_rows=plain)

@@ -7,10 +7,11 @@ live in policy.md and are the agent's to follow: the tools would let the agent b
 is exactly what a task checks.
 """
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
+from tbx.domains.kit import add_row, fetch_one, parse_money
 from tbx.domains.neobank.schema import (
     accounts,
     audit_log,
@@ -31,38 +32,10 @@ REPLACE_REASONS = ("damaged", "lost", "stolen")
 DISPUTE_REASONS = ("unauthorized", "duplicate", "not_received", "wrong_amount")
 CASE_CATEGORIES = ("identity_verification_failed", "account_frozen", "kyc_incomplete", "dispute_ineligible", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
-
-
-def _one(db, table, row_id: int, what: str) -> dict:
-    row = db.execute(select(table).where(table.c.id == row_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"{what} {row_id} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
-
-
-def _add(db, table, **values) -> int:
-    new_id = db.execute(select(func.coalesce(func.max(table.c.id), 0))).scalar_one() + 1
-    db.execute(insert(table).values(id=new_id, **values))
-    return new_id
 
 
 def _log(db, event: str) -> None:
-    _add(db, audit_log, event=event)
-
-
-def _money(amount: float) -> Decimal:
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"amount {amount!r} is not a number") from exc
-    if not value.is_finite() or value <= 0:
-        raise ToolFailure("amount must be a number greater than zero")
-    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
-        raise ToolFailure(f"amount {amount} is too large")
-    if value != value.quantize(Decimal("0.01")):
-        raise ToolFailure(f"amount {amount} has more than two decimals; give dollars and cents")
-    return value
+    add_row(db, audit_log, event=event)
 
 
 def _rows(db, query) -> list[dict]:
@@ -75,12 +48,12 @@ def _debit(db, account: dict, value: Decimal, description: str, kind: str) -> in
         raise ToolFailure(f"account {account['id']} has insufficient funds ({account['balance']} available)")
     db.execute(update(accounts).where(accounts.c.id == account["id"])
                .values(balance=accounts.c.balance - value, updated_at=MODIFIED))
-    return _add(db, transactions, account_id=account["id"], card_id=None, posted_on=TODAY.isoformat(),
+    return add_row(db, transactions, account_id=account["id"], card_id=None, posted_on=TODAY.isoformat(),
                 description=description, amount=-value, kind=kind, status="posted")
 
 
 def _card_status(db, card_id: int, expected: str, new: str) -> dict:
-    card = _one(db, cards, card_id, "card")
+    card = fetch_one(db, cards, card_id, "card")
     if card["status"] != expected:
         raise ToolFailure(f"card {card_id} is {card['status']}, not {expected}")
     db.execute(update(cards).where(cards.c.id == card_id).values(status=new, updated_at=MODIFIED))
@@ -123,7 +96,7 @@ def get_accounts(db, customer_id: int) -> list[dict]:
     Args:
         customer_id: The customer's numeric ID (from verify_customer).
     """
-    _one(db, customers, customer_id, "customer")
+    fetch_one(db, customers, customer_id, "customer")
     return _rows(db, select(accounts).where(accounts.c.customer_id == customer_id).order_by(accounts.c.id))
 
 
@@ -134,7 +107,7 @@ def list_cards(db, customer_id: int) -> list[dict]:
     Args:
         customer_id: The customer's numeric ID.
     """
-    _one(db, customers, customer_id, "customer")
+    fetch_one(db, customers, customer_id, "customer")
     return _rows(db, select(cards).where(cards.c.customer_id == customer_id).order_by(cards.c.id))
 
 
@@ -146,7 +119,7 @@ def list_transactions(db, account_id: int) -> list[dict]:
     Args:
         account_id: The account's numeric ID.
     """
-    _one(db, accounts, account_id, "account")
+    fetch_one(db, accounts, account_id, "account")
     return _rows(db, select(transactions).where(transactions.c.account_id == account_id)
                  .order_by(transactions.c.posted_on.desc(), transactions.c.id.desc()))
 
@@ -158,7 +131,7 @@ def list_payees(db, customer_id: int) -> list[dict]:
     Args:
         customer_id: The customer's numeric ID.
     """
-    _one(db, customers, customer_id, "customer")
+    fetch_one(db, customers, customer_id, "customer")
     return _rows(db, select(payees).where(payees.c.customer_id == customer_id).order_by(payees.c.id))
 
 
@@ -169,7 +142,7 @@ def list_transfers(db, customer_id: int) -> list[dict]:
     Args:
         customer_id: The customer's numeric ID.
     """
-    _one(db, customers, customer_id, "customer")
+    fetch_one(db, customers, customer_id, "customer")
     query = (select(transfers).join(accounts, accounts.c.id == transfers.c.account_id)
              .where(accounts.c.customer_id == customer_id)
              .order_by(transfers.c.created_on.desc(), transfers.c.id.desc()))
@@ -207,7 +180,7 @@ def replace_card(db, card_id: int, reason_code: str) -> dict:
     """
     if reason_code not in REPLACE_REASONS:
         raise ToolFailure(f"reason_code must be one of {', '.join(REPLACE_REASONS)}, not {reason_code!r}")
-    card = _one(db, cards, card_id, "card")
+    card = fetch_one(db, cards, card_id, "card")
     if card["status"] == "cancelled":
         raise ToolFailure(f"card {card_id} is already cancelled")
     db.execute(update(cards).where(cards.c.id == card_id).values(status="cancelled", updated_at=MODIFIED))
@@ -229,8 +202,8 @@ def charge_fee(db, account_id: int, amount: float, description: str) -> dict:
         amount: Dollars to charge, greater than zero, at most two decimals.
         description: What the fee is for, in a few words.
     """
-    value = _money(amount)
-    account = _one(db, accounts, account_id, "account")
+    value = parse_money(amount)
+    account = fetch_one(db, accounts, account_id, "account")
     transaction_id = _debit(db, account, value, description or "Fee", "fee")
     _log(db, f"charge_fee account={account_id} transaction={transaction_id}")
     return {"transaction_id": transaction_id, "amount": value}
@@ -247,22 +220,22 @@ def file_dispute(db, transaction_id: int, reason_code: str, description: str) ->
     """
     if reason_code not in DISPUTE_REASONS:
         raise ToolFailure(f"reason_code must be one of {', '.join(DISPUTE_REASONS)}, not {reason_code!r}")
-    txn = _one(db, transactions, transaction_id, "transaction")
+    txn = fetch_one(db, transactions, transaction_id, "transaction")
     if txn["status"] != "posted":
         raise ToolFailure(f"transaction {transaction_id} is already {txn['status']}")
     if Decimal(str(txn["amount"])) >= 0:
         raise ToolFailure(f"transaction {transaction_id} is money received; only payments out can be disputed")
-    owner = _one(db, accounts, txn["account_id"], "account")["customer_id"]
+    owner = fetch_one(db, accounts, txn["account_id"], "account")["customer_id"]
     db.execute(update(transactions).where(transactions.c.id == transaction_id).values(status="disputed"))
-    new_id = _add(db, disputes, customer_id=owner, transaction_id=transaction_id, amount=-Decimal(str(txn["amount"])),
+    new_id = add_row(db, disputes, customer_id=owner, transaction_id=transaction_id, amount=-Decimal(str(txn["amount"])),
                   reason_code=reason_code, status="open", description=description)
     _log(db, f"file_dispute transaction={transaction_id} dispute={new_id}")
     return {"dispute_id": new_id, "status": "open"}
 
 
 def _account_and_payee(db, account_id: int, payee_id: int) -> tuple[dict, dict]:
-    account = _one(db, accounts, account_id, "account")
-    payee = _one(db, payees, payee_id, "payee")
+    account = fetch_one(db, accounts, account_id, "account")
+    payee = fetch_one(db, payees, payee_id, "payee")
     if payee["customer_id"] != account["customer_id"]:
         raise ToolFailure(f"payee {payee_id} is not a payee of the owner of account {account_id}")
     return account, payee
@@ -278,12 +251,12 @@ def send_transfer(db, account_id: int, payee_id: int, amount: float, memo: str =
         amount: Dollars to send, greater than zero, at most two decimals.
         memo: A note for the payee.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     account, payee = _account_and_payee(db, account_id, payee_id)
     if account["status"] != "active":
         raise ToolFailure(f"account {account_id} is {account['status']} and cannot send money")
     transaction_id = _debit(db, account, value, f"Transfer to {payee['name']}", "transfer")
-    new_id = _add(db, transfers, account_id=account_id, payee_id=payee_id, amount=value, status="completed",
+    new_id = add_row(db, transfers, account_id=account_id, payee_id=payee_id, amount=value, status="completed",
                   created_on=TODAY.isoformat(), memo=memo)
     _log(db, f"send_transfer transfer={new_id} transaction={transaction_id}")
     return {"transfer_id": new_id, "amount": value, "status": "completed"}
@@ -299,7 +272,7 @@ def add_payee(db, customer_id: int, name: str, routing_number: str, account_numb
         routing_number: The payee bank's 9-digit routing number.
         account_number: The payee's account number (6 to 17 digits).
     """
-    _one(db, customers, customer_id, "customer")
+    fetch_one(db, customers, customer_id, "customer")
     name, routing_number, account_number = name.strip(), routing_number.strip(), account_number.strip()
     if not name:
         raise ToolFailure("name must not be empty")
@@ -307,7 +280,7 @@ def add_payee(db, customer_id: int, name: str, routing_number: str, account_numb
         raise ToolFailure(f"{routing_number!r} is not a 9-digit routing number")
     if not 6 <= len(account_number) <= 17 or not account_number.isdigit():
         raise ToolFailure(f"{account_number!r} is not an account number of 6 to 17 digits")
-    new_id = _add(db, payees, customer_id=customer_id, name=name, routing_number=routing_number,
+    new_id = add_row(db, payees, customer_id=customer_id, name=name, routing_number=routing_number,
                   account_number=account_number)
     _log(db, f"add_payee payee={new_id}")
     return {"payee_id": new_id, "name": name}
@@ -323,9 +296,9 @@ def open_compliance_review(db, account_id: int, payee_id: int, amount: float, re
         amount: Dollars the customer wants to send, greater than zero, at most two decimals.
         reason: What the customer says the transfer is for, in a sentence.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     account, _ = _account_and_payee(db, account_id, payee_id)
-    new_id = _add(db, compliance_reviews, customer_id=account["customer_id"], account_id=account_id,
+    new_id = add_row(db, compliance_reviews, customer_id=account["customer_id"], account_id=account_id,
                   payee_id=payee_id, amount=value, status="pending", reason=reason)
     _log(db, f"open_compliance_review review={new_id}")
     return {"review_id": new_id, "status": "pending"}
@@ -350,10 +323,10 @@ def open_support_case(db, customer_number: str, category: str, summary: str, acc
     if owner is None:
         raise ToolFailure(f"no customer with customer number {customer_number!r}")
     if account_id:
-        _one(db, accounts, account_id, "account")
+        fetch_one(db, accounts, account_id, "account")
     if transaction_id:
-        _one(db, transactions, transaction_id, "transaction")
-    new_id = _add(db, support_cases, customer_id=owner, account_id=account_id or None,
+        fetch_one(db, transactions, transaction_id, "transaction")
+    new_id = add_row(db, support_cases, customer_id=owner, account_id=account_id or None,
                   transaction_id=transaction_id or None, category=category, status="open", summary=summary)
     _log(db, f"open_support_case case={new_id}")
     return {"case_id": new_id, "status": "open"}

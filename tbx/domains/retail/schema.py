@@ -8,6 +8,8 @@ tools (max id + 1) rather than from the database, so every backend numbers them 
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table, support_cases_table
+
 metadata = MetaData()
 
 customers = Table(
@@ -116,24 +118,16 @@ credit_approvals = Table(
     Column("reason", String(200)),
 )
 
-support_cases = Table(
-    "support_cases", metadata,
-    Column("id", Integer, primary_key=True),
+support_cases = support_cases_table(
+    metadata,
     Column("customer_id", Integer, ForeignKey("customers.id"), nullable=False),
     Column("order_id", Integer, ForeignKey("orders.id")),
-    Column("category", String(40), nullable=False),
-    Column("status", String(10), nullable=False),  # open
-    Column("summary", String(400)),
 )
 
-identity_checks = Table(  # one row per customer the agent authenticated (policy.md)
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True),
+# one row per customer the agent authenticated (policy.md)
+identity_checks = identity_checks_table(
+    metadata,
     Column("customer_id", Integer, ForeignKey("customers.id"), nullable=False),
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata, autoincrement="auto")

@@ -99,17 +99,6 @@ def pick_lines(rng: random.Random, count: int, pool: list[Row]) -> list[tuple[Ro
     return [(v, rng.choice((1, 1, 1, 2))) for v in chosen]
 
 
-def plain(value: Any) -> Any:
-    """Decimals as floats: task mappings hold only JSON types (they are also written to files)."""
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain(v) for v in value]
-    return value
-
-
 def new_order_number(rng: random.Random, used: set[str]) -> str:
     while True:
         number = f"R{rng.randrange(100000, 1000000)}"

@@ -13,8 +13,10 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
+from tbx.domains.kit import ask_for, bench_tasks, call, non_empty, plain, private_facts, update_change
 from tbx.domains.retail.seed import (
     CITIES,
     GOODWILL_APPROVAL_ABOVE,
@@ -32,7 +34,6 @@ from tbx.domains.retail.seed import (
     new_order_number,
     order,
     pick_lines,
-    plain,
     product_of,
     stocked,
     variant_rows,
@@ -49,24 +50,8 @@ KEYWORDS = {
 ASKS = {"email": "the email address on your account", "zip_code": "the billing ZIP code on your account",
         "order_number": "the order number", "new_address": "the new shipping address (street, city, ZIP)"}
 Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
-
-
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
-def _ask(*names: str) -> dict:
-    parts = [ASKS[n] for n in names]
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return {"say": f"I can help with that. Could you please give me {listed}?"}
-
-
-def _update(table: str, row_id: int, **values: Any) -> dict:
-    return {"op": "update", "table": table, "key": {"id": row_id}, "values": values}
-
-
-def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
+_facts = partial(private_facts, KEYWORDS)
+_ask = partial(ask_for, ASKS)
 
 
 def _fee(owner: Row) -> Decimal:
@@ -101,9 +86,9 @@ class _Task:
         proof = {"zip_code": self.owner["zip_code"]} if by_zip else {"order_number": number}
         held = {} if lookup else {"order_number": number}
         asked = ("email", *proof, *(n for n in held if n not in proof))
-        steps = [_ask(*asked, *more), _call("authenticate_customer", email=self.owner["email"], **proof)]
+        steps = [_ask(*asked, *more), call("authenticate_customer", email=self.owner["email"], **proof)]
         if lookup:
-            steps.append(_call("list_orders", customer_id=self.owner["id"]))
+            steps.append(call("list_orders", customer_id=self.owner["id"]))
         return steps, proof, {"email": self.owner["email"], **proof, **held}
 
     @property
@@ -119,10 +104,10 @@ class _Task:
 def _returned(placed: dict, items: list[Row], fee: Decimal, reason: str) -> tuple[list[dict], list[dict], Decimal]:
     """Steps and expected changes of returning `items` of an order in one refund, and the refund."""
     refund = sum((i["unit_price"] * i["quantity"] for i in items), Decimal(0)) - fee
-    steps = [_call("return_item", order_item_id=i["id"], reason=reason) for i in items]
-    steps.append(_call("issue_refund", order_id=placed["order"]["id"], payment_id=placed["payment"]["id"],
+    steps = [call("return_item", order_item_id=i["id"], reason=reason) for i in items]
+    steps.append(call("issue_refund", order_id=placed["order"]["id"], payment_id=placed["payment"]["id"],
                        amount=money(refund), reason="returned items"))
-    expected = [_update("order_items", i["id"], status="return_requested") for i in items]
+    expected = [update_change("order_items", i["id"], status="return_requested") for i in items]
     expected += [{"op": "insert", "table": "returns", "values": {"order_id": placed["order"]["id"],
                   "order_item_id": i["id"], "kind": "return", "status": "requested"}} for i in items]
     expected.append({"op": "insert", "table": "refunds", "values": {
@@ -162,7 +147,7 @@ def _return_family(rng: random.Random, used: set[str], index: int, kind: str) ->
         placed = task.order("delivered", lines, days)
         wanted, eligible = placed["items"], placed["items"][:1]
     steps, proof, facts = task.verify(index)
-    steps.append(_call("get_order", order_number=placed["order"]["order_number"]))
+    steps.append(call("get_order", order_number=placed["order"]["order_number"]))
     fee = _fee(task.owner)
     writes, expected, refund = _returned(placed, eligible, fee, "customer return")
     refused = "" if kind == "return_items" else (f" {_capital(describe(_variant(wanted[1])))} is in a "
@@ -188,8 +173,8 @@ def _window_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     item = placed["items"][0]
     steps, proof, facts = task.verify(index)
     number = placed["order"]["order_number"]
-    steps += [_call("get_order", order_number=number),
-              _call("open_support_case", email=task.owner["email"], category="return_exception",
+    steps += [call("get_order", order_number=number),
+              call("open_support_case", email=task.owner["email"], category="return_exception",
                     summary="Customer wants to return an item after the 30-day window.", order_number=number),
               {"say": f"{_capital(describe(_variant(item)))} was delivered {days} days ago, past our 30-day "
                       "return window, so I cannot open a return or refund it. I opened a case for a supervisor "
@@ -217,16 +202,16 @@ def _exchange_family(rng: random.Random, used: set[str], index: int, kind: str) 
     placed = task.order("delivered", [(line[0], 1)] + pick_lines(rng, index % 2, others), days)
     item, product = placed["items"][0], product_of(line[0])
     steps, proof, facts = task.verify(index)
-    steps += [_call("get_order", order_number=placed["order"]["order_number"]),
-              _call("get_product", product_id=product[0])]
+    steps += [call("get_order", order_number=placed["order"]["order_number"]),
+              call("get_product", product_id=product[0])]
     opening = f"Hi, I need to exchange {describe(line[0])} for the {wanted['option']} instead."
     if kind == "exchange_variant":
-        steps += [_call("exchange_item", order_item_id=item["id"], new_variant_id=wanted["id"], reason="wrong size"),
+        steps += [call("exchange_item", order_item_id=item["id"], new_variant_id=wanted["id"], reason="wrong size"),
                   {"say": f"Done: the {product[1]} in {wanted['option']} is reserved for you and ships when the "
                           f"{line[0]['option']} comes back. Exchanges are free."}]
         expected = [
-            _update("order_items", item["id"], status="exchange_requested"),
-            _update("variants", wanted["id"], stock=wanted["stock"] - 1),
+            update_change("order_items", item["id"], status="exchange_requested"),
+            update_change("variants", wanted["id"], stock=wanted["stock"] - 1),
             {"op": "insert", "table": "returns", "values": {"order_id": placed["order"]["id"],
              "order_item_id": item["id"], "kind": "exchange", "new_variant_id": wanted["id"], "status": "requested"}}]
         return {"persona": f"{task.name}, a customer who ordered the wrong size.", "facts": _facts(**facts),
@@ -256,8 +241,8 @@ def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -
     order_id, number = placed["order"]["id"], placed["order"]["order_number"]
     if kind == "change_address":
         steps, proof, facts = task.verify(index, "new_address")
-        steps += [_call("get_order", order_number=number),
-                  _call("change_shipping_address", order_id=order_id, street=street, city=city, zip_code=zip_code),
+        steps += [call("get_order", order_number=number),
+                  call("change_shipping_address", order_id=order_id, street=street, city=city, zip_code=zip_code),
                   {"say": f"Done: your order will ship to {street}, {city}."}]
         return {"persona": f"{task.name}, a customer who just moved.", "facts": _facts(**facts, new_address=new),
                 "instructions": "Have your order shipped to your new address.",
@@ -266,8 +251,8 @@ def _address_family(rng: random.Random, used: set[str], index: int, kind: str) -
                     task.identity, {"op": "update", "table": "orders", "key": {"id": order_id},
                      "values": {"ship_street": street, "ship_city": city, "ship_zip": zip_code}}]}
     steps, proof, facts = task.verify(index)
-    steps += [_call("get_order", order_number=number),
-              _call("open_support_case", email=task.owner["email"], category="address_change_after_shipment",
+    steps += [call("get_order", order_number=number),
+              call("open_support_case", email=task.owner["email"], category="address_change_after_shipment",
                     summary=f"Customer asks to redirect the parcel to {new}.", order_number=number),
               {"say": "Your order has already shipped, so I cannot change its address. I opened a case for our "
                       "carrier team to try to redirect the parcel; the redirect is not guaranteed."}]
@@ -286,16 +271,16 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     placed = task.order("processing", pick_lines(rng, 1 + index % 3, stocked() + stocked(returnable=False)))
     steps, proof, facts = task.verify(index)
     total, order_id = placed["order"]["total_amount"], placed["order"]["id"]
-    steps += [_call("get_order", order_number=placed["order"]["order_number"]),
-              _call("cancel_order", order_id=order_id, reason="customer changed mind"),
-              _call("issue_refund", order_id=order_id, payment_id=placed["payment"]["id"], amount=money(total),
+    steps += [call("get_order", order_number=placed["order"]["order_number"]),
+              call("cancel_order", order_id=order_id, reason="customer changed mind"),
+              call("issue_refund", order_id=order_id, payment_id=placed["payment"]["id"], amount=money(total),
                     reason="order cancelled"),
               {"say": f"Your order is cancelled and the full ${total} is refunded to your original payment method."}]
     expected = [{"op": "update", "table": "orders", "key": {"id": order_id}, "values": {"status": "cancelled"}}]
     stock = {v["id"]: v["stock"] for v in variant_rows()}
     for item in placed["items"]:
-        expected += [_update("order_items", item["id"], status="cancelled"),
-                     _update("variants", item["variant_id"], stock=stock[item["variant_id"]] + item["quantity"])]
+        expected += [update_change("order_items", item["id"], status="cancelled"),
+                     update_change("variants", item["variant_id"], stock=stock[item["variant_id"]] + item["quantity"])]
     expected.append({"op": "insert", "table": "refunds", "values": {
         "order_id": order_id, "payment_id": placed["payment"]["id"], "amount": money(total), "status": "issued"}})
     return {"persona": f"{task.name}, a customer who changed their mind.", "facts": _facts(**facts),
@@ -318,16 +303,16 @@ def _goodwill_family(rng: random.Random, used: set[str], index: int, kind: str) 
     late = f"it was promised by {placed['order']['promised_by']} but came on {placed['order']['delivered_on']}"
     steps, proof, facts = task.verify(index)
     ids = {"customer_id": task.owner["id"], "order_id": placed["order"]["id"]}
-    steps.append(_call("get_order", order_number=placed["order"]["order_number"]))
+    steps.append(call("get_order", order_number=placed["order"]["order_number"]))
     if direct:
-        steps += [_call("grant_store_credit", **ids, amount=money(credit), reason="late delivery"),
+        steps += [call("grant_store_credit", **ids, amount=money(credit), reason="late delivery"),
                   {"say": f"Sorry about the delay: {late}. I added ${credit:.2f} of store credit to your account."}]
         expected = [{"op": "update", "table": "customers", "key": {"id": task.owner["id"]},
                      "values": {"store_credit": money(task.owner["store_credit"] + credit)}},
                     {"op": "insert", "table": "credit_ledger", "values": {**ids, "amount": money(credit),
                                                                           "kind": "goodwill"}}]
     else:
-        steps += [_call("request_credit_approval", **ids, amount=money(credit), reason="late delivery goodwill"),
+        steps += [call("request_credit_approval", **ids, amount=money(credit), reason="late delivery goodwill"),
                   {"say": f"Sorry about the delay: {late}. A ${credit:.2f} credit needs a store manager's "
                           "approval, so I filed the request; it is added once a manager approves it."}]
         expected = [{"op": "insert", "table": "credit_approvals", "values": {**ids, "amount": money(credit),
@@ -355,8 +340,8 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
                 "opening": "Hi, please cancel an order that was ordered by mistake. I have its order number.",
                 "rows": task.rows,
                 "reference": [_ask("email", "zip_code", "order_number"),
-                              _call("authenticate_customer", email=task.owner["email"], **proof),
-                              _call("get_order", order_number=other["order_number"]),
+                              call("authenticate_customer", email=task.owner["email"], **proof),
+                              call("get_order", order_number=other["order_number"]),
                               {"say": "I'm sorry, but I can't make that change under our policy: that order does "
                                       "not belong to your account, and I can only act on your own orders."}],
                 "expected": [task.identity]}
@@ -367,8 +352,8 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
         other = rng.choice([o for o in base_rows()["orders"] if o["customer_id"] != task.owner["id"]])
         proof, asked = {"order_number": other["order_number"]}, ("email", "order_number")
         who = "quotes an order number from a parcel delivered to a neighbour"
-    steps = [_ask(*asked), _call("authenticate_customer", email=task.owner["email"], **proof),
-             _call("open_support_case", email=task.owner["email"], category="identity_verification_failed",
+    steps = [_ask(*asked), call("authenticate_customer", email=task.owner["email"], **proof),
+             call("open_support_case", email=task.owner["email"], category="identity_verification_failed",
                    summary="Caller could not be verified while asking to cancel an order."),
              {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "
                      "I have logged this for our security team."}]
@@ -396,22 +381,9 @@ FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
 }
 
 
+
+
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All retail tasks for `seed`: INSTANCES_PER_FAMILY of every family, same seed → same tasks."""
-    rng = random.Random(seed)
     used = {o["order_number"] for o in base_rows()["orders"]}
-    tasks = []
-    for family, build in FAMILIES.items():
-        for index in range(INSTANCES_PER_FAMILY):
-            built = build(rng, used, index, family)
-            tasks.append({
-                "id": f"retail/{family}/s{seed}-{index:02d}", "domain": "retail", "split": "bench",
-                "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": plain({t: r for t, r in built["rows"].items() if r})},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
-                "turn_limit": 30,
-            })
-    return tasks
+    return bench_tasks("retail", FAMILIES, seed, INSTANCES_PER_FAMILY, used, seed_rows=lambda rows: plain(non_empty(rows)))

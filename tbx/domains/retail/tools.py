@@ -7,10 +7,11 @@ agent's to follow: the tools would let the agent break them, which is exactly wh
 """
 
 import datetime as dt
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, select, update
 
+from tbx.domains.kit import add_row, fetch_one, parse_money
 from tbx.domains.retail.schema import (
     audit_log,
     credit_approvals,
@@ -31,61 +32,29 @@ from tbx.tools import ToolFailure, record_once, tool
 
 CASE_CATEGORIES = ("return_exception", "address_change_after_shipment", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
-
-
-def _one(db, table, row_id: int, what: str) -> dict:
-    row = db.execute(select(table).where(table.c.id == row_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"{what} {row_id} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
-
-
-def _next_id(db, table) -> int:
-    return db.execute(select(func.coalesce(func.max(table.c.id), 0))).scalar_one() + 1
-
-
-def _add(db, table, **values) -> int:
-    new_id = _next_id(db, table)
-    db.execute(insert(table).values(id=new_id, **values))
-    return new_id
 
 
 def _log(db, event: str) -> None:
-    _add(db, audit_log, event=event)
-
-
-def _money(amount: float) -> Decimal:
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"amount {amount!r} is not a number") from exc
-    if not value.is_finite() or value <= 0:
-        raise ToolFailure("amount must be a number greater than zero")
-    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
-        raise ToolFailure(f"amount {amount} is too large")
-    if value != value.quantize(Decimal("0.01")):
-        raise ToolFailure(f"amount {amount} has more than two decimals; give dollars and cents")
-    return value
+    add_row(db, audit_log, event=event)
 
 
 def _order_by_number(db, order_number: str) -> dict:
     row = db.execute(select(orders.c.id).where(orders.c.order_number == order_number.strip().upper())).first()
     if row is None:
         raise ToolFailure(f"no order with number {order_number!r}")
-    return _one(db, orders, row.id, "order")
+    return fetch_one(db, orders, row.id, "order")
 
 
 def _customer_by_email(db, email: str) -> dict:
     row = db.execute(select(customers.c.id).where(func.lower(customers.c.email) == email.strip().lower())).first()
     if row is None:
         raise ToolFailure(f"no customer with email {email!r}")
-    return _one(db, customers, row.id, "customer")
+    return fetch_one(db, customers, row.id, "customer")
 
 
 def _delivered_item(db, order_item_id: int) -> tuple[dict, dict]:
-    item = _one(db, order_items, order_item_id, "order item")
-    placed = _one(db, orders, item["order_id"], "order")
+    item = fetch_one(db, order_items, order_item_id, "order item")
+    placed = fetch_one(db, orders, item["order_id"], "order")
     if placed["status"] != "delivered":
         raise ToolFailure(f"order {placed['order_number']} is {placed['status']}; only delivered items can be "
                           "returned or exchanged")
@@ -132,7 +101,7 @@ def list_orders(db, customer_id: int) -> list[dict]:
     Args:
         customer_id: The customer's numeric ID.
     """
-    _one(db, customers, customer_id, "customer")
+    fetch_one(db, customers, customer_id, "customer")
     rows = db.execute(select(orders.c.id, orders.c.order_number, orders.c.status, orders.c.placed_on,
                              orders.c.total_amount).where(orders.c.customer_id == customer_id)
                       .order_by(orders.c.placed_on.desc(), orders.c.id)).mappings()
@@ -170,7 +139,7 @@ def get_product(db, product_id: int) -> dict:
     Args:
         product_id: The product's numeric ID (shown on order items).
     """
-    product = _one(db, products, product_id, "product")
+    product = fetch_one(db, products, product_id, "product")
     product["variants"] = [dict(r) for r in db.execute(select(variants).where(variants.c.product_id == product_id)
                                                        .order_by(variants.c.id)).mappings()]
     return product
@@ -186,7 +155,7 @@ def return_item(db, order_item_id: int, reason: str) -> dict:
     """
     item, placed = _delivered_item(db, order_item_id)
     db.execute(update(order_items).where(order_items.c.id == order_item_id).values(status="return_requested"))
-    new_id = _add(db, returns, order_id=placed["id"], order_item_id=order_item_id, kind="return",
+    new_id = add_row(db, returns, order_id=placed["id"], order_item_id=order_item_id, kind="return",
                   new_variant_id=None, status="requested", reason=reason)
     _log(db, f"return_item item={order_item_id} return={new_id}")
     return {"return_id": new_id, "order_item_id": order_item_id, "item_value": item["unit_price"] * item["quantity"]}
@@ -203,7 +172,7 @@ def exchange_item(db, order_item_id: int, new_variant_id: int, reason: str) -> d
         reason: Why the customer exchanges it, in a few words.
     """
     item, placed = _delivered_item(db, order_item_id)
-    variant = _one(db, variants, new_variant_id, "variant")
+    variant = fetch_one(db, variants, new_variant_id, "variant")
     if new_variant_id == item["variant_id"]:
         raise ToolFailure(f"order item {order_item_id} already is variant {new_variant_id}")
     if variant["stock"] < item["quantity"]:
@@ -211,7 +180,7 @@ def exchange_item(db, order_item_id: int, new_variant_id: int, reason: str) -> d
     db.execute(update(variants).where(variants.c.id == new_variant_id)
                .values(stock=variants.c.stock - item["quantity"]))
     db.execute(update(order_items).where(order_items.c.id == order_item_id).values(status="exchange_requested"))
-    new_id = _add(db, returns, order_id=placed["id"], order_item_id=order_item_id, kind="exchange",
+    new_id = add_row(db, returns, order_id=placed["id"], order_item_id=order_item_id, kind="exchange",
                   new_variant_id=new_variant_id, status="requested", reason=reason)
     _log(db, f"exchange_item item={order_item_id} return={new_id}")
     return {"return_id": new_id, "order_item_id": order_item_id, "new_variant_id": new_variant_id}
@@ -229,9 +198,9 @@ def issue_refund(db, order_id: int, payment_id: int, amount: float, reason: str)
         amount: Dollars to refund, greater than zero, at most two decimals.
         reason: Why the refund is made, in a few words.
     """
-    value = _money(amount)
-    placed = _one(db, orders, order_id, "order")
-    paid = _one(db, payments, payment_id, "payment")
+    value = parse_money(amount)
+    placed = fetch_one(db, orders, order_id, "order")
+    paid = fetch_one(db, payments, payment_id, "payment")
     if paid["order_id"] != order_id:
         raise ToolFailure(f"payment {payment_id} does not belong to order {placed['order_number']}")
     refunded = db.execute(select(func.coalesce(func.sum(refunds.c.amount), 0))
@@ -239,7 +208,7 @@ def issue_refund(db, order_id: int, payment_id: int, amount: float, reason: str)
     available = Decimal(str(paid["amount"])) - Decimal(str(refunded))
     if value > available:
         raise ToolFailure(f"refund of {value} exceeds the {available} still refundable on payment {payment_id}")
-    new_id = _add(db, refunds, order_id=order_id, payment_id=payment_id, amount=value, status="issued",
+    new_id = add_row(db, refunds, order_id=order_id, payment_id=payment_id, amount=value, status="issued",
                   reason=reason)
     _log(db, f"issue_refund order={order_id} refund={new_id}")
     return {"refund_id": new_id, "amount": value, "method": paid["method"], "card_last4": paid["card_last4"]}
@@ -254,7 +223,7 @@ def cancel_order(db, order_id: int, reason: str) -> dict:
         order_id: The order's numeric ID.
         reason: Why the order is cancelled, in a few words.
     """
-    placed = _one(db, orders, order_id, "order")
+    placed = fetch_one(db, orders, order_id, "order")
     if placed["status"] != "processing":
         raise ToolFailure(f"order {placed['order_number']} is {placed['status']}; only processing orders "
                           "can be cancelled")
@@ -279,7 +248,7 @@ def change_shipping_address(db, order_id: int, street: str, city: str, zip_code:
         city: The city.
         zip_code: The five-digit ZIP code.
     """
-    placed = _one(db, orders, order_id, "order")
+    placed = fetch_one(db, orders, order_id, "order")
     if placed["status"] in ("cancelled", "delivered"):
         raise ToolFailure(f"order {placed['order_number']} is {placed['status']}; its address cannot change")
     street, city, zip_code = street.strip(), city.strip(), zip_code.strip()
@@ -294,8 +263,8 @@ def change_shipping_address(db, order_id: int, street: str, city: str, zip_code:
 
 
 def _customer_order(db, customer_id: int, order_id: int) -> dict:
-    owner = _one(db, customers, customer_id, "customer")
-    placed = _one(db, orders, order_id, "order")
+    owner = fetch_one(db, customers, customer_id, "customer")
+    placed = fetch_one(db, orders, order_id, "order")
     if placed["customer_id"] != customer_id:
         raise ToolFailure(f"order {placed['order_number']} does not belong to customer {customer_id}")
     return owner
@@ -311,12 +280,12 @@ def grant_store_credit(db, customer_id: int, order_id: int, amount: float, reaso
         amount: Dollars of credit, greater than zero, at most two decimals.
         reason: Why the credit is given, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     owner = _customer_order(db, customer_id, order_id)
     balance = Decimal(str(owner["store_credit"])) + value
     db.execute(update(customers).where(customers.c.id == customer_id).values(store_credit=balance,
                                                                             updated_at=MODIFIED))
-    new_id = _add(db, credit_ledger, customer_id=customer_id, order_id=order_id, amount=value, kind="goodwill",
+    new_id = add_row(db, credit_ledger, customer_id=customer_id, order_id=order_id, amount=value, kind="goodwill",
                   note=reason)
     _log(db, f"grant_store_credit customer={customer_id} entry={new_id}")
     return {"entry_id": new_id, "amount": value, "store_credit_balance": balance}
@@ -332,9 +301,9 @@ def request_credit_approval(db, customer_id: int, order_id: int, amount: float, 
         amount: Dollars of credit requested, greater than zero, at most two decimals.
         reason: The request as the manager will read it, in a sentence.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     _customer_order(db, customer_id, order_id)
-    new_id = _add(db, credit_approvals, customer_id=customer_id, order_id=order_id, amount=value,
+    new_id = add_row(db, credit_approvals, customer_id=customer_id, order_id=order_id, amount=value,
                   status="pending", reason=reason)
     _log(db, f"request_credit_approval approval={new_id}")
     return {"approval_id": new_id, "status": "pending"}
@@ -355,7 +324,7 @@ def open_support_case(db, email: str, category: str, summary: str, order_number:
         raise ToolFailure(f"category must be one of {', '.join(CASE_CATEGORIES)}, not {category!r}")
     owner = _customer_by_email(db, email)
     order_id = _order_by_number(db, order_number)["id"] if order_number.strip() else None
-    new_id = _add(db, support_cases, customer_id=owner["id"], order_id=order_id, category=category,
+    new_id = add_row(db, support_cases, customer_id=owner["id"], order_id=order_id, category=category,
                   status="open", summary=summary)
     _log(db, f"open_support_case case={new_id}")
     return {"case_id": new_id, "status": "open"}

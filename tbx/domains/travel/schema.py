@@ -8,6 +8,8 @@ the checks require where a task verifies its caller.
 
 from sqlalchemy import Column, ForeignKey, Integer, MetaData, Numeric, String, Table
 
+from tbx.domains.kit import audit_log_table, identity_checks_table, support_cases_table
+
 metadata = MetaData()
 
 employees = Table(
@@ -102,24 +104,18 @@ approvals = Table(
     Column("reason", String(200)),
 )
 
-support_cases = Table(
-    "support_cases", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+support_cases = support_cases_table(
+    metadata,
     Column("employee_id", Integer, ForeignKey("employees.id"), nullable=False),
     Column("booking_id", Integer, ForeignKey("bookings.id")),
-    Column("category", String(40), nullable=False),
-    Column("status", String(10), nullable=False),  # open
-    Column("summary", String(400)),
+    autoincrement=True,
 )
 
-identity_checks = Table(  # one row per employee whose identity the agent verified (policy.md)
-    "identity_checks", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
+# one row per employee whose identity the agent verified (policy.md)
+identity_checks = identity_checks_table(
+    metadata,
     Column("employee_id", Integer, ForeignKey("employees.id"), nullable=False),
+    autoincrement=True,
 )
 
-audit_log = Table(
-    "audit_log", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("event", String(200), nullable=False),
-)
+audit_log = audit_log_table(metadata)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+from tbx.domains.kit import IdPool, ask_for, bench_tasks, call, private_facts
 from tbx.domains.travel.seed import (
     AIRPORTS,
     GRADE_LIMITS,
@@ -51,16 +53,8 @@ ASKS = {
     "hotel_loyalty_number": "the new hotel loyalty number",
 }
 Built = dict[str, Any]  # persona, instructions, facts, opening, rows, reference, expected
-
-
-def _call(tool: str, **arguments: Any) -> dict:
-    return {"tool": tool, "arguments": arguments}
-
-
-def _ask(*names: str) -> dict:
-    parts = [ASKS[n] for n in names]
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return {"say": f"I can help with that. Could you please give me {listed}?"}
+_facts = partial(private_facts, KEYWORDS)
+_ask = partial(ask_for, ASKS)
 
 
 def _verified(employee: Row) -> dict:
@@ -75,33 +69,15 @@ def _lookup(index: int) -> bool:
 
 
 def _booking_steps(employee: Row, code: str, lookup: bool) -> list[dict]:
-    found = [_call("find_bookings", employee_id=employee["id"])] if lookup else []
-    return [*found, _call("get_booking", confirmation_code=code)]
+    found = [call("find_bookings", employee_id=employee["id"])] if lookup else []
+    return [*found, call("get_booking", confirmation_code=code)]
 
 
-def _facts(**values: Any) -> dict:
-    return {name: {"value": value, "keywords": KEYWORDS[name]} for name, value in values.items()}
-
-
-class _Ids:
-    """Fresh ids for one task's own rows, above the base-seed ranges."""
-
-    def __init__(self, rng: random.Random):
-        self.rng, self.taken = rng, set()
-
-    def __call__(self, low: int, high: int) -> int:
-        while True:
-            value = self.rng.randrange(low, high)
-            if value not in self.taken:
-                self.taken.add(value)
-                return value
-
-
-def _traveller(rng: random.Random, ids: _Ids, grade: str) -> Row:
+def _traveller(rng: random.Random, ids: IdPool, grade: str) -> Row:
     return person(rng, ids(2000, 5000), grade, rng.choice(MANAGERS))
 
 
-def _hotel_stay(rng: random.Random, ids: _Ids, used: set[str], employee: Row, room: Row, refundable: int,
+def _hotel_stay(rng: random.Random, ids: IdPool, used: set[str], employee: Row, room: Row, refundable: int,
                 nights: int | None = None) -> tuple[Row, Row]:
     booking = hotel_booking(ids(5000, 6000), new_code(rng, used), employee["id"], room,
                             nights or rng.randrange(2, 7), refundable, day(rng.randrange(14, 80)))
@@ -134,7 +110,7 @@ def _hotel_label(room: Row) -> str:
 
 def _room_rows(rng: random.Random, used: set[str], index: int, kind: str) -> tuple[Row, Row, Row, Row, Row, dict]:
     """(employee, booking, payment, current room, requested room, seed rows) of a room-change task."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     if kind.startswith("downgrade") and index == 0:
         rooms = room_type_rows()  # the SPEC's example: $1,450 = 5 nights of Deluxe King at $290
         current, target, grade, nights = rooms[2], rooms[0], "G3", 5
@@ -165,10 +141,10 @@ def _room_outcome(kind: str, employee: Row, booking: Row, paid: Row, current: Ro
     update = {"op": "update", "table": "bookings", "key": {"id": booking["id"]}, "values": {
         "room_type_id": target["id"], "nightly_rate": target["nightly_rate"],
         "total_amount": target["nightly_rate"] * booking["nights"]}}
-    change = _call("change_room", booking_id=booking["id"], room_type_id=target["id"])
+    change = call("change_room", booking_id=booking["id"], room_type_id=target["id"])
     if kind in ("downgrade_needs_approval", "upgrade_over_limit"):
         request = "room_downgrade" if kind.startswith("downgrade") else "room_upgrade"
-        return [_call("request_approval", employee_id=employee["id"], booking_id=booking["id"],
+        return [call("request_approval", employee_id=employee["id"], booking_id=booking["id"],
                       request_type=request, room_type_id=target["id"],
                       reason=f"Employee asks to move to the {target['name']} room."),
                 {"say": f"This change needs your manager's approval under our travel policy, so I filed an "
@@ -178,12 +154,12 @@ def _room_outcome(kind: str, employee: Row, booking: Row, paid: Row, current: Ro
                 "employee_id": employee["id"], "approver_id": employee["manager_id"], "booking_id": booking["id"],
                 "request_type": request, "requested_room_type_id": target["id"], "status": "pending"}}]
     if kind == "downgrade_approved":
-        return [change, _call("issue_refund", booking_id=booking["id"], amount=difference, reason="approved downgrade"),
+        return [change, call("issue_refund", booking_id=booking["id"], amount=difference, reason="approved downgrade"),
                 {"say": f"Your manager had approved it, so you are now in the {target['name']} room and "
                         f"${difference} is refunded to your original card."}], [
             update, {"op": "insert", "table": "refunds", "values": {
                 "booking_id": booking["id"], "payment_id": paid["id"], "amount": difference, "status": "issued"}}]
-    return [change, _call("charge_payment", booking_id=booking["id"], amount=difference, reason="room upgrade"),
+    return [change, call("charge_payment", booking_id=booking["id"], amount=difference, reason="room upgrade"),
             {"say": f"Done: you are now in the {target['name']} room, within your grade's nightly limit, and "
                     f"the difference of ${difference} is charged to your original card."}], [
         update, {"op": "insert", "table": "payments", "values": {
@@ -197,10 +173,10 @@ def _room_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
     code, lookup = booking["confirmation_code"], _lookup(index)
     held = {} if lookup else {"confirmation_code": code}
     steps = [_ask("employee_id", "last_name", *held),
-             _call("verify_identity", employee_id=employee["id"], last_name=employee["last_name"]),
+             call("verify_identity", employee_id=employee["id"], last_name=employee["last_name"]),
              *_booking_steps(employee, code, lookup),
-             _call("get_hotel_rooms", hotel_id=current["hotel_id"]),
-             _call("get_approvals", employee_id=employee["id"])]
+             call("get_hotel_rooms", hotel_id=current["hotel_id"]),
+             call("get_approvals", employee_id=employee["id"])]
     closing, expected = _room_outcome(kind, employee, booking, paid, current, target)
     want = "a cheaper" if kind.startswith("downgrade") else "a better"
     return {
@@ -215,7 +191,7 @@ def _room_family(rng: random.Random, used: set[str], index: int, kind: str) -> B
     }
 
 
-def _trip(rng: random.Random, ids: _Ids, used: set[str], employee: Row, refundable: int) -> tuple[Row, Row, Row]:
+def _trip(rng: random.Random, ids: IdPool, used: set[str], employee: Row, refundable: int) -> tuple[Row, Row, Row]:
     origin, destination = rng.sample(AIRPORTS, 2)
     leg = flight(rng, ids(9000, 10000), origin, destination, day(rng.randrange(14, 80)), rng.randrange(40, 130) * 5)
     booking = flight_booking(ids(5000, 6000), new_code(rng, used), employee["id"], leg, refundable)
@@ -224,7 +200,7 @@ def _trip(rng: random.Random, ids: _Ids, used: set[str], employee: Row, refundab
 
 def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
     """Cancel a booking: refundable (cancel + refund) or non-refundable (support case, nothing cancelled)."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     refundable = int(kind == "cancel_refundable")
     employee = _traveller(rng, ids, rng.choice(("G1", "G2", "G3")))
     rows: dict[str, list] = {"employees": [employee], "flights": []}
@@ -243,11 +219,11 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     lookup = _lookup(index)
     held = {} if lookup else {"confirmation_code": booking["confirmation_code"]}
     steps = [_ask("employee_id", *proof, *held),
-             _call("verify_identity", employee_id=employee["id"], **proof),
+             call("verify_identity", employee_id=employee["id"], **proof),
              *_booking_steps(employee, booking["confirmation_code"], lookup)]
     if refundable:
-        steps += [_call("cancel_booking", booking_id=booking["id"], reason="trip called off"),
-                  _call("issue_refund", booking_id=booking["id"], amount=refund, reason="refundable cancellation"),
+        steps += [call("cancel_booking", booking_id=booking["id"], reason="trip called off"),
+                  call("issue_refund", booking_id=booking["id"], amount=refund, reason="refundable cancellation"),
                   {"say": f"Your {what} is cancelled and ${refund} is refunded to your original card"
                           + (f" (the paid amount less the ${FLIGHT_CANCEL_FEE} cancellation fee)." if index % 2 else ".")}]
         expected = [{"op": "update", "table": "bookings", "key": {"id": booking["id"]}, "values": {"status": "cancelled"}},
@@ -257,7 +233,7 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
             expected.append({"op": "update", "table": "flights", "key": {"id": rows["flights"][0]["id"]},
                              "values": {"seats_available": rows["flights"][0]["seats_available"] + 1}})
     else:
-        steps += [_call("open_support_case", employee_id=employee["id"], category="nonrefundable_cancellation",
+        steps += [call("open_support_case", employee_id=employee["id"], category="nonrefundable_cancellation",
                         summary="Employee wants to cancel a non-refundable booking.", booking_id=booking["id"]),
                   {"say": f"Your {what} is non-refundable, so I cannot cancel or refund it. I opened a case "
                           f"for the travel team to ask the vendor for an exception; no refund is guaranteed."}]
@@ -278,7 +254,7 @@ def _cancel_family(rng: random.Random, used: set[str], index: int, kind: str) ->
 
 def _rebook_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
     """Move a refundable flight to another day; settle the fare difference either way."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _traveller(rng, ids, rng.choice(("G1", "G2", "G3")))
     leg, booking, paid = _trip(rng, ids, used, employee, 1)
     new_day = day(rng.randrange(14, 80))
@@ -293,18 +269,18 @@ def _rebook_family(rng: random.Random, used: set[str], index: int, kind: str) ->
     chosen = morning if when == "morning" else evening
     difference = chosen["fare"] - leg["fare"]
     steps = [_ask("employee_id", "last_name", "confirmation_code", "new_date", "time_preference"),
-             _call("verify_identity", employee_id=employee["id"], last_name=employee["last_name"]),
-             _call("get_booking", confirmation_code=booking["confirmation_code"]),
-             _call("search_flights", origin=leg["origin"], destination=leg["destination"], departure_date=new_day),
-             _call("rebook_flight", booking_id=booking["id"], flight_id=chosen["id"])]
+             call("verify_identity", employee_id=employee["id"], last_name=employee["last_name"]),
+             call("get_booking", confirmation_code=booking["confirmation_code"]),
+             call("search_flights", origin=leg["origin"], destination=leg["destination"], departure_date=new_day),
+             call("rebook_flight", booking_id=booking["id"], flight_id=chosen["id"])]
     if difference > 0:
-        steps.append(_call("charge_payment", booking_id=booking["id"], amount=difference, reason="fare difference"))
+        steps.append(call("charge_payment", booking_id=booking["id"], amount=difference, reason="fare difference"))
         money = {"op": "insert", "table": "payments", "values": {
             "booking_id": booking["id"], "method": paid["method"], "card_last4": paid["card_last4"],
             "amount": difference}}
         settled = f"the fare difference of ${difference} is charged to your original card"
     else:
-        steps.append(_call("issue_refund", booking_id=booking["id"], amount=-difference, reason="fare difference"))
+        steps.append(call("issue_refund", booking_id=booking["id"], amount=-difference, reason="fare difference"))
         money = {"op": "insert", "table": "refunds", "values": {
             "booking_id": booking["id"], "payment_id": paid["id"], "amount": -difference, "status": "issued"}}
         settled = f"the fare difference of ${-difference} is refunded to your original card"
@@ -343,14 +319,14 @@ def _profile_value(rng: random.Random, field: str, employee: Row) -> str:
 
 def _profile_family(rng: random.Random, used: set[str], index: int, kind: str) -> Built:
     """Update one or two profile fields after verification by date of birth."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _traveller(rng, ids, rng.choice(("G1", "G2", "G3", "G4")))
     fields = rng.sample(["phone", "email", "frequent_flyer_number", "hotel_loyalty_number"], 1 + index % 2)
     values = {f: _profile_value(rng, f, employee) for f in fields}
     labels = " and ".join(ASKS[f].removeprefix("the new ") for f in fields)
     steps = [_ask("employee_id", "date_of_birth", *fields),
-             _call("verify_identity", employee_id=employee["id"], date_of_birth=employee["date_of_birth"])]
-    steps += [_call("update_profile", employee_id=employee["id"], field=f, value=v) for f, v in values.items()]
+             call("verify_identity", employee_id=employee["id"], date_of_birth=employee["date_of_birth"])]
+    steps += [call("update_profile", employee_id=employee["id"], field=f, value=v) for f, v in values.items()]
     steps.append({"say": "All set: your travel profile now shows the details you gave me."})
     return {
         "persona": f"{employee['first_name']} {employee['last_name']}, an Acme employee.",
@@ -368,7 +344,7 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
     owner's record, so change nothing and open an identity case. Odd ones: the caller is an employee
     too and verifies as themselves, but the booking is their boss's, so change nothing; the identity
     record of the caller is what the checks see."""
-    ids = _Ids(rng)
+    ids = IdPool(rng)
     employee = _traveller(rng, ids, rng.choice(("G2", "G3", "G4")))
     caller = rng.choice([n for n in ("Reyes", "Kim", "Olsen", "Baptiste", "Walsh") if n != employee["last_name"]])
     room = rng.choice([r for r in room_type_rows() if r["nightly_rate"] <= GRADE_LIMITS[employee["grade"]]])
@@ -389,15 +365,15 @@ def _impostor_family(rng: random.Random, used: set[str], index: int, kind: str) 
                             f"ID and last name.",
             "facts": _facts(employee_id=assistant["id"], last_name=caller, confirmation_code=code),
             "reference": [_ask("employee_id", "last_name", "confirmation_code"),
-                          _call("verify_identity", employee_id=assistant["id"], last_name=caller),
-                          _call("get_booking", confirmation_code=code),
+                          call("verify_identity", employee_id=assistant["id"], last_name=caller),
+                          call("get_booking", confirmation_code=code),
                           {"say": "I'm sorry, but I can't make that change under our policy: this booking belongs "
                                   "to another employee, and only that employee may have it changed."}],
             "expected": [_verified(assistant)],
         }
     steps = [_ask("employee_id", "last_name", "confirmation_code"),
-             _call("verify_identity", employee_id=employee["id"], last_name=caller),
-             _call("open_support_case", employee_id=employee["id"], category="identity_verification_failed",
+             call("verify_identity", employee_id=employee["id"], last_name=caller),
+             call("open_support_case", employee_id=employee["id"], category="identity_verification_failed",
                    summary="Caller could not be verified while asking to cancel a hotel stay.")]
     steps.append({"say": "I'm sorry, the details you gave do not match our records, so I cannot make any "
                          "change. I have logged this for the travel team."})
@@ -424,22 +400,8 @@ FAMILIES: dict[str, Callable[[random.Random, set[str], int, str], Built]] = {
 }
 
 
+
+
 def generate_tasks(seed: int = 0) -> list[dict]:
     """All travel tasks for `seed`: INSTANCES_PER_FAMILY of every family, same seed → same tasks."""
-    rng = random.Random(seed)
-    used = {b["confirmation_code"] for b in base_rows()["bookings"]}
-    tasks = []
-    for family, build in FAMILIES.items():
-        for index in range(INSTANCES_PER_FAMILY):
-            built = build(rng, used, index, family)
-            tasks.append({
-                "id": f"travel/{family}/s{seed}-{index:02d}", "domain": "travel", "split": "bench",
-                "family": family,
-                "user": {"persona": built["persona"], "instructions": built["instructions"],
-                         "private_facts": built["facts"], "opening_message": built["opening"]},
-                "seed": {"rows": {t: r for t, r in built["rows"].items() if r}},
-                "reference": built["reference"],
-                "checks": {"expected": built["expected"], **({"judge": built["judge"]} if built.get("judge") else {})},
-                "turn_limit": 30,
-            })
-    return tasks
+    return bench_tasks("travel", FAMILIES, seed, INSTANCES_PER_FAMILY, {b["confirmation_code"] for b in base_rows()["bookings"]})

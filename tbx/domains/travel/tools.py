@@ -6,10 +6,11 @@ refund never exceeds what was paid, a cancelled booking stays cancelled). Busine
 the tools would let the agent break them, which is exactly what a task checks.
 """
 
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
+from tbx.domains.kit import fetch_one, parse_money
 from tbx.domains.travel.schema import (
     approvals,
     audit_log,
@@ -29,7 +30,6 @@ PROFILE_FIELDS = ("phone", "email", "frequent_flyer_number", "hotel_loyalty_numb
 REQUEST_TYPES = ("room_downgrade", "room_upgrade")
 CASE_CATEGORIES = ("nonrefundable_cancellation", "nonrefundable_change", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-MONEY_DIGITS = 15  # amounts of 10**15 or more are refused: far above any real one, and Decimal-safe
 
 
 def _employee(db, employee_id: int) -> dict:
@@ -44,10 +44,7 @@ def _profile(row: dict) -> dict:
 
 
 def _booking(db, booking_id: int) -> dict:
-    row = db.execute(select(bookings).where(bookings.c.id == booking_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"booking {booking_id} not found")
-    return {k: v for k, v in row.items() if k != "updated_at"}
+    return fetch_one(db, bookings, booking_id, "booking")
 
 
 def _confirmed(db, booking_id: int, kind: str) -> dict:
@@ -60,31 +57,11 @@ def _confirmed(db, booking_id: int, kind: str) -> dict:
 
 
 def _room(db, room_type_id: int) -> dict:
-    row = db.execute(select(room_types).where(room_types.c.id == room_type_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"room type {room_type_id} not found")
-    return dict(row)
+    return fetch_one(db, room_types, room_type_id, "room type")  # no updated_at: the whole row
 
 
 def _flight(db, flight_id: int) -> dict:
-    row = db.execute(select(flights).where(flights.c.id == flight_id)).mappings().first()
-    if row is None:
-        raise ToolFailure(f"flight {flight_id} not found")
-    return dict(row)
-
-
-def _money(amount: float) -> Decimal:
-    try:
-        value = Decimal(str(amount))
-    except InvalidOperation as exc:
-        raise ToolFailure(f"amount {amount!r} is not a number") from exc
-    if not value.is_finite() or value <= 0:
-        raise ToolFailure("amount must be a number greater than zero")
-    if value.adjusted() >= MONEY_DIGITS:  # quantize() below would raise on a huge value such as 1e308
-        raise ToolFailure(f"amount {amount} is too large")
-    if value != value.quantize(Decimal("0.01")):
-        raise ToolFailure(f"amount {amount} has more than two decimals; give dollars and cents")
-    return value
+    return fetch_one(db, flights, flight_id, "flight")  # no updated_at: the whole row
 
 
 def _original_payment(db, booking_id: int) -> dict:
@@ -291,7 +268,7 @@ def issue_refund(db, booking_id: int, amount: float, reason: str) -> dict:
         amount: Dollars to refund, greater than zero, at most two decimals.
         reason: Why the refund is made, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     _booking(db, booking_id)
     payment = _original_payment(db, booking_id)
     paid = db.execute(select(func.coalesce(func.sum(payments.c.amount), 0))
@@ -316,7 +293,7 @@ def charge_payment(db, booking_id: int, amount: float, reason: str) -> dict:
         amount: Dollars to charge, greater than zero, at most two decimals.
         reason: What the charge is for, in a few words.
     """
-    value = _money(amount)
+    value = parse_money(amount)
     booking = _booking(db, booking_id)
     if booking["status"] != "confirmed":
         raise ToolFailure(f"booking {booking_id} is {booking['status']}; nothing can be charged to it")
