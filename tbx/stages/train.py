@@ -33,6 +33,7 @@ from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
 from tbx.durable import publish_folder, write_text
+from tbx.episodes import run_episode
 from tbx.errors import ConfigError
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.preemption import run_loop
@@ -96,7 +97,6 @@ class _Trainer:
     sink: Any = None  # the stage's logging sink
     backend: Any = None
     runtimes: dict[str, Any] = field(default_factory=dict)  # task id -> its prepared TaskRuntime
-    run_episode: Any = None  # tbx.episodes.run_episode, imported with the stage
 
 
 async def _train(cfg: Config, run: _Trainer) -> None:
@@ -112,8 +112,8 @@ async def _train(cfg: Config, run: _Trainer) -> None:
 
         async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):  # noqa: ANN202
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
-            result = await run.run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed,
-                                           cfg.eval.max_turns)
+            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed,
+                                       cfg.eval.max_turns)
             store.append(_for_store(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
@@ -175,8 +175,6 @@ def _for_store(result, step: int):  # noqa: ANN001, ANN202
 
 
 def run_train(cfg: Config) -> dict[str, Any]:
-    from tbx.episodes import run_episode
-
     manifest = load_manifest(cfg.train.pool)
     if cfg.grpo.trainer == "verl":
         return _train_with_verl(cfg, manifest)
@@ -193,7 +191,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
         policy = run.policy
         backend = build_backend(cfg)
         try:
-            run.backend, run.runtimes, run.run_episode = backend, prepare_all(cfg, tasks, backend), run_episode
+            run.backend, run.runtimes = backend, prepare_all(cfg, tasks, backend)
             with stage_sink(cfg, run_dir) as sink:
                 run.sink = sink
                 run_loop(_run_and_close(cfg, run))
