@@ -36,6 +36,14 @@ def episode_seed(run_seed: int, task_id: str, attempt: int, try_index: int) -> i
     return int.from_bytes(digest[:4], "little")
 
 
+def try_seeds(run_seed: int, log: ResultStore, task_id: str, attempt: int) -> tuple[int, int]:
+    """The next try's episode seed and fault seed. A re-run keeps the attempt's seed, so errors cannot
+    bias which outcomes survive (an error more likely on long, successful episodes would otherwise swap
+    a success for a fresh draw); only the injected faults are drawn anew per try."""
+    return (episode_seed(run_seed, task_id, attempt, 0),
+            episode_seed(run_seed, task_id, attempt, log.tries(task_id, attempt)))
+
+
 class HeldNotice:
     """Says once per campaign that another process plays some of this run's attempts."""
 
@@ -68,11 +76,7 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
 
     async def play(task_id: str, index: int) -> None:
         while not log.is_final(task_id, index, retries):
-            # A re-run keeps the attempt's seed, so errors cannot bias which outcomes survive (an
-            # error more likely on long, successful episodes would otherwise swap a success for a
-            # fresh draw); only the injected faults are drawn anew per try.
-            seed = episode_seed(cfg.seed, task_id, index, 0)
-            fault_seed = episode_seed(cfg.seed, task_id, index, log.tries(task_id, index))
+            seed, fault_seed = try_seeds(cfg.seed, log, task_id, index)
             result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
                                        cfg.eval.max_turns, cfg.eval.call_timeout_s, cfg.faults, fault_seed,
                                        turn_timeout_s=cfg.eval.turn_timeout_s, sessions=sessions)

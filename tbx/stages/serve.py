@@ -18,7 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tbx.campaign import episode_seed, open_run, write_summary
+from tbx.campaign import open_run, write_summary
+from tbx.campaign.attempts import try_seeds
 from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
@@ -62,8 +63,7 @@ def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, Vi
     retries = cfg.eval.max_error_retries
 
     def open_episode(task_id: str, attempt: int, record: Callable) -> ServedEpisode:
-        seed = episode_seed(cfg.seed, task_id, attempt, 0)  # a re-run keeps the seed, as in stage=eval
-        fault_seed = episode_seed(cfg.seed, task_id, attempt, log.tries(task_id, attempt))
+        seed, fault_seed = try_seeds(cfg.seed, log, task_id, attempt)  # as in stage=eval
 
         def play(agent: ServedEpisode) -> Any:
             return run_episode(runtimes[task_id], backend, agent, user, judge, attempt, seed, cfg.eval.max_turns,
