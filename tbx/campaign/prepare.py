@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import multiprocessing
 import os
 import sys
 import uuid
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from tqdm import tqdm
 from tbx import catalog
 from tbx.backend import Backend
 from tbx.campaign.components import build_backend
-from tbx.campaign.workers import available_cores, follow_parent
+from tbx.campaign.workers import available_cores, map_shares
 from tbx.catalog import TaskRuntime, prepare_task, source_hash, template_key, template_rows
 from tbx.config import Config
 from tbx.domains import get_domain
@@ -128,14 +126,8 @@ def _prepare_chunk(cfg: Config, tasks: list[Task]) -> int:
 
 
 def _prepare_in_processes(cfg: Config, tasks: list[Task], processes: int) -> None:
-    context = multiprocessing.get_context("spawn")
-    chunks = [tasks[i::processes * 4] for i in range(processes * 4)]
-    with ProcessPoolExecutor(processes, mp_context=context, initializer=follow_parent,
-                             initargs=(os.getpid(),)) as pool:
-        prepared = pool.map(_prepare_chunk, [cfg] * len(chunks), chunks)
-        for _ in tqdm(prepared, total=len(chunks), desc=f"prepare {len(tasks)} tasks ({processes} processes)",
-                      unit="share", file=sys.stderr, mininterval=2.0):
-            pass
+    for _ in map_shares(_prepare_chunk, cfg, tasks, processes, f"prepare {len(tasks)} tasks ({processes} processes)"):
+        pass
 
 
 def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, TaskRuntime]:

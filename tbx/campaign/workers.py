@@ -19,12 +19,17 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
 
 from tbx.campaign.attempts import Attempt, play_attempts
 from tbx.campaign.components import build_backend
@@ -109,6 +114,17 @@ def follow_parent(parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="tbx-parent-watch", daemon=True).start()
+
+
+def map_shares(fn: Callable[[Config, list], Any], cfg: Config, items: list, processes: int, desc: str) -> Iterator[Any]:
+    """`fn(cfg, share)` over `items` split into shares (four per process, so a process slowed by a busy
+    core takes fewer), in `processes` spawned processes that end with this one; each share's result in
+    order, with a progress bar. A process that dies raises BrokenProcessPool here."""
+    shares = [items[i::processes * 4] for i in range(processes * 4)]
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"), initializer=follow_parent,
+                             initargs=(os.getpid(),)) as pool:
+        yield from tqdm(pool.map(fn, [cfg] * len(shares), shares), total=len(shares), desc=desc, unit="share",
+                        file=sys.stderr, mininterval=2.0)
 
 
 def _worker(job: WorkerJob, parent: int, next_index, finished, report) -> None:  # noqa: ANN001 - shared values, a pipe

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
-import os
 import sys
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +26,7 @@ from tqdm import tqdm
 from tbx.backend import Backend
 from tbx.backend.state import apply_delta
 from tbx.campaign.components import build_backend, build_judge
-from tbx.campaign.workers import available_cores, follow_parent
+from tbx.campaign.workers import available_cores, map_shares
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
 from tbx.config import Config
 from tbx.durable import write_text
@@ -171,12 +168,12 @@ def format_gate(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _gate_share(cfg: Config, tasks: list) -> list[TaskVerdict]:
-    """In a worker process: the verdicts on `tasks`."""
+def _gate_share(cfg: Config, tasks: list, show: bool = False) -> list[TaskVerdict]:
+    """The verdicts on `tasks` (in a worker process: without a progress bar of its own)."""
     verdicts: list[TaskVerdict] = []
     backend = build_backend(cfg)
     try:
-        run_loop(_gate(cfg, tasks, backend, verdicts, show=False))
+        run_loop(_gate(cfg, tasks, backend, verdicts, show=show))
     finally:
         backend.close()
     return verdicts
@@ -189,18 +186,10 @@ def run_validate(cfg: Config) -> dict[str, Any]:
     tasks = _load(cfg, verdicts)
     workers = min(cfg.eval.workers or available_cores(), len(tasks) // GATE_TASKS_PER_WORKER)
     if workers > 1:
-        shares = [tasks[i::workers * 4] for i in range(workers * 4)]
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=follow_parent, initargs=(os.getpid(),)) as pool:
-            for share in tqdm(pool.map(_gate_share, [cfg] * len(shares), shares), total=len(shares), unit="share",
-                              desc=f"validate ({workers} workers)", file=sys.stderr, mininterval=2.0):
-                verdicts.extend(share)
+        for share in map_shares(_gate_share, cfg, tasks, workers, f"validate ({workers} workers)"):
+            verdicts.extend(share)
     else:
-        backend = build_backend(cfg)
-        try:
-            run_loop(_gate(cfg, tasks, backend, verdicts))
-        finally:
-            backend.close()
+        verdicts.extend(_gate_share(cfg, tasks, show=True))
     summary = gate_summary(verdicts)
     if cfg.summary_path:
         write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
