@@ -107,16 +107,22 @@ def _rows_by_shard(run_dirs, shards: list[set[str]]) -> list[int]:
 
 
 def _release_when_requeued(job_id: str, timeout_s: float) -> int:
-    """Slurm holds a requeued job for ~2 minutes (BeginTime); start it now. Returns its restart
-    count once it runs again (0 if it did not within the time-out)."""
-    deadline, held = time.monotonic() + timeout_s, False
+    """Slurm holds a requeued job for ~2 minutes (BeginTime); start it sooner. Returns its restart
+    count once it runs again (0 if it did not within the time-out).
+
+    Not at once: the requeue revokes the job's credential, and slurmd refuses (and fails the job:
+    "Killing non-startable batch JobId=N: Job credential revoked") a launch whose credential was made
+    in the same second as that revocation (one release in four on a loaded machine did). Releasing
+    two seconds after the requeue was first seen leaves that second behind."""
+    deadline, requeued_at = time.monotonic() + timeout_s, None
     while time.monotonic() < deadline:
         state, restarts = job_field(job_id, "JobState"), int(job_field(job_id, "Restarts") or 0)
         if restarts and state == "PENDING":
-            held = True
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True,
-                           check=False)
-        elif held and state in ("RUNNING", "COMPLETED"):  # (Restarts counts up while it still runs)
+            requeued_at = requeued_at or time.monotonic()
+            if time.monotonic() - requeued_at >= 2:
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True,
+                               check=False)
+        elif requeued_at and state in ("RUNNING", "COMPLETED"):  # (Restarts counts up while it still runs)
             return restarts
         time.sleep(0.3)
     return 0
