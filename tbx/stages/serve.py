@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tbx.campaign import open_run, write_summary
-from tbx.campaign.attempts import try_seeds
+from tbx.campaign.attempts import CLAIM_POLL_S, try_seeds
 from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
@@ -32,6 +32,7 @@ from tbx.runs import record_engine
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
 from tbx.store import ResultStore
+from tbx.store.claims import Claim, ClaimLost
 
 
 def pending_attempts(task_ids: list[str], attempts: int, is_final: Callable[[str, int], bool]) -> list[tuple[str, int]]:
@@ -72,11 +73,19 @@ def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, Vi
         return ServedEpisode(task_id, attempt, play, record, name=cfg.serve.agent_name or "served")
 
     def store(result: EpisodeResult) -> bool:
-        log.append(result, episode_cost(cfg, result.usage))
+        try:
+            log.append(result, episode_cost(cfg, result.usage), retries)  # a final try gives the claim back
+        except ClaimLost as lost:  # taken over while this process looked gone: its owner plays it now
+            print(f"note: {lost}", file=sys.stderr)
+            return True
         return log.is_final(result.task_id, result.attempt, retries)
 
+    def take(task_id: str, attempt: int) -> bool | None:
+        state, _ = log.claim(task_id, attempt, retries)  # reads the attempt's tries again
+        return None if state is None else state is Claim.OURS
+
     pending = pending_attempts(list(runtimes), cfg.eval.attempts, lambda t, a: log.is_final(t, a, retries))
-    return Campaign(pending, views, open_episode, store)
+    return Campaign(pending, views, open_episode, store, take, log.release)
 
 
 def _token(cfg: Config) -> str | None:
@@ -110,8 +119,12 @@ async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Res
                 print(f"serve {cfg.tasks.name} to {cfg.serve.agent_name}: {campaign.pending} attempt(s) at {url} "
                       f"-> {run_dir}", flush=True)
 
-            await serve_http(campaign, cfg.serve.host, cfg.serve.port, _token(cfg), cfg.serve.idle_timeout_s,
-                             announce, version=_version())
+            watching = asyncio.create_task(campaign.watch(CLAIM_POLL_S))  # attempts other processes hold
+            try:
+                await serve_http(campaign, cfg.serve.host, cfg.serve.port, _token(cfg), cfg.serve.idle_timeout_s,
+                                 announce, version=_version())
+            finally:
+                watching.cancel()
     finally:
         await campaign.aclose()
         for part in (user, judge):

@@ -191,3 +191,67 @@ def test_the_campaign_hands_out_attempt_zero_of_every_task_first_and_takes_back_
     assert order == [("a", 0), ("a", 0), ("a", 1), ("b", 1), ("c", 1)]  # the error was served again at once
     assert stored == [("a", 0, Outcome.INFRA_ERROR), ("a", 0, Outcome.SUCCESS), ("a", 1, Outcome.FAILURE),
                       ("b", 1, Outcome.ABANDONED), ("c", 1, Outcome.SUCCESS)]
+
+
+def test_an_attempt_another_process_holds_is_passed_over_and_dropped_once_that_process_made_it_final():
+    """`take` stands for the store's claims (tests/serve/test_serve_http.py runs two real processes)."""
+    view = View("policy", ())
+    held_by_other = {("a", 0): False}  # another process plays ("a", 0); None once it stored its final try
+    taken, given_back = [], []
+
+    def take(task_id, attempt):
+        taken.append((task_id, attempt))
+        return held_by_other.get((task_id, attempt), True)
+
+    def open_episode(task_id, attempt, record):
+        async def play(agent):
+            return fake_result(task_id, attempt, Outcome.SUCCESS)
+
+        return ServedEpisode(task_id, attempt, play, record)
+
+    async def main():
+        campaign = Campaign([("a", 0), ("b", 0)], {"a": view, "b": view}, open_episode, lambda result: True,
+                            take, lambda *key: given_back.append(key))
+        first = Seat(campaign, view).take()
+        assert (first.task_id, first.attempt) == ("b", 0) and campaign.elsewhere == {("a", 0)}
+        assert Seat(campaign, view).take() is None  # nothing this process can claim now
+        await first.user_message()
+        await first.task
+        assert given_back == [("b", 0)] and not campaign.done.is_set()  # ("a", 0) is still the other's
+        campaign.recheck()
+        assert not campaign.done.is_set() and campaign.elsewhere == {("a", 0)}
+        held_by_other[("a", 0)] = None  # the other process stored it
+        campaign.recheck()
+        assert campaign.done.is_set() and campaign.pending == 0 and not campaign.elsewhere
+
+    asyncio.run(main())
+    assert taken == [("a", 0), ("b", 0), ("a", 0), ("a", 0), ("a", 0)]
+
+
+def test_an_attempt_another_process_gave_back_is_handed_out_again():
+    view = View("policy", ())
+    holder = {"a": False}
+
+    def open_episode(task_id, attempt, record):
+        async def play(agent):
+            return fake_result(task_id, attempt, Outcome.SUCCESS)
+
+        return ServedEpisode(task_id, attempt, play, record)
+
+    async def main():
+        given_back = []
+        campaign = Campaign([("a", 0)], {"a": view}, open_episode, lambda result: True,
+                            lambda task_id, attempt: holder[task_id], lambda *key: given_back.append(key))
+        assert Seat(campaign, view).take() is None and campaign.elsewhere == {("a", 0)}
+        holder["a"] = True  # the other process left it without a result (or died)
+        watching = asyncio.create_task(campaign.watch(0.01))
+        while campaign.elsewhere:
+            await asyncio.sleep(0.01)
+        assert given_back == [("a", 0)]  # claimed only to look, and given back at once
+        episode = Seat(campaign, view).take()
+        await episode.user_message()
+        await episode.task
+        await asyncio.wait_for(watching, 1)  # ends with the campaign
+        assert campaign.done.is_set()
+
+    asyncio.run(main())

@@ -196,6 +196,24 @@ def test_stdio_serves_one_episode_per_process(tmp_path):
     assert json.loads((run_dir / "summary.json").read_text())["episodes"] == 2
 
 
+def test_two_stdio_servers_on_one_run_at_once_play_different_attempts(tmp_path):
+    """Clients that start one server process per episode, two at a time: each process claims its attempt
+    in the results store, so the second passes over the attempt the first holds."""
+    command = serve_args(tmp_path, "tasks=mock", "tasks.limit=2", "serve.agent_name=pair", "serve.transport=stdio")
+    server = mcp.StdioServerParameters(command=command[0], args=command[1:], cwd=str(ROOT))
+
+    async def both_at_once():
+        async with mcp.Client(server) as first, mcp.Client(server) as second:  # both listening before either plays
+            return await asyncio.gather(play_null(first), play_null(second))
+
+    answers = asyncio.run(both_at_once())
+    assert all("ended the conversation" in answer for answer in answers), answers
+    (run_dir,) = (tmp_path / "outputs").glob("serve-mock-pair-*")
+    records = read_records(run_dir)
+    assert sorted(r["task_id"] for r in records) == sorted(t.id for t in tasks_of("mock")[:2])  # one each
+    assert [r["try"] for r in records] == [0, 0]
+
+
 def test_the_llm_user_and_its_audit_play_against_a_served_agent(tmp_path):
     """user=llm: a turn that breaks the user's contract (a private fact said unasked) is a user_sim_error,
     which the agent is told is not counted against it, and the attempt is served again (same seed)."""
