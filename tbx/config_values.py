@@ -84,6 +84,8 @@ def _at_least(cfg: Config, key: str, low: int) -> None:
 
 
 def _check_counts(cfg: Config, stage: str) -> None:
+    if cfg.eval.workers is not None:  # every campaign stage, and the prepared-task cache, spread over them
+        _at_least(cfg, "eval.workers", 1)
     if stage == "eval":
         for key in ("eval.attempts", "eval.concurrency"):
             _at_least(cfg, key, 1)

@@ -63,8 +63,6 @@ def plan_workers(cfg: Config, pending: int) -> int:
 
 
 def check_workers(cfg: Config) -> None:
-    if cfg.eval.workers is not None and cfg.eval.workers < 1:
-        raise ConfigError("conf/config.yaml", "eval.workers", f"is {cfg.eval.workers}", "give >= 1, or null")
     model_served_here = (cfg.policy._target_ == "tbx.policies.model.from_config" and cfg.model.kind == "vllm"
                          and not cfg.model.endpoint.base_url)
     if model_served_here and (cfg.eval.workers or 1) > 1:

@@ -115,6 +115,7 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=train", "grpo.lr=0"], "conf/grpo", "grpo.lr", "positive learning rate"),
     (["stage=eval", "eval.attempts=0"], "conf/config.yaml", "eval.attempts", "eval.attempts >= 1"),
     (["stage=eval", "eval.max_turns=0"], "conf/config.yaml", "eval.max_turns", "eval.max_turns >= 1"),
+    (["stage=validate", "eval.workers=0"], "conf/config.yaml", "eval.workers", "eval.workers >= 1"),
     (["stage=eval", "policy=model", "model=openai_endpoint"], "conf/model/openai_endpoint.yaml",
      "model.endpoint.base_url", "model.endpoint.base_url=http://HOST:PORT/v1"),
     (["stage=eval", *ENDPOINT[:3]], "conf/model/openai_endpoint.yaml", "model.endpoint.model", "model.endpoint.model="),
