@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tbx.domains import get_domain
@@ -41,3 +42,13 @@ def test_gate_cli_on_bundled_mock_domain(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "all" in out.stdout and " 3         3         0" in out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("tasks", "count"), [("bench", 512), ("train", 252)])
+def test_the_gate_admits_every_bundled_task(tmp_path, tasks, count):
+    """Every bundled task: its reference passes, the null agent fails, and every single-fault mutation of
+    its reference fails (or leaves the reference's exact state: "equivalent", not a miss)."""
+    summary = run(make_cfg(tmp_path, "stage=validate", f"tasks={tasks}", f"summary_path={tmp_path}/gate.json"))
+    assert summary["n_tasks"] == count
+    assert summary["rejected"] == [] and summary["admitted"] == count
