@@ -127,6 +127,16 @@ def add_row(db, table, **values: Any) -> int:
     return new_id
 
 
+def record_once(db, table, **values: Any) -> None:
+    """A record a policy step leaves (a verification tool's `identity_checks` row), written by the tool
+    that performs the step: a row of `values` unless one is already there. The checks of a task that
+    verifies its caller require that row, so an agent that skips the step, or verifies someone else,
+    fails on the terminal state alone; doing the step again adds nothing (no extra write)."""
+    match = [table.c[column] == value for column, value in values.items()]
+    if db.execute(select(table.c.id).where(*match)).first() is None:
+        add_row(db, table, **values)
+
+
 # ---- tasks ---------------------------------------------------------------------------------------
 
 def call(tool: str, **arguments: Any) -> dict:

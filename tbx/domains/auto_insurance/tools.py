@@ -29,8 +29,8 @@ from tbx.domains.auto_insurance.schema import (
     vehicles,
 )
 from tbx.domains.auto_insurance.seed import COVERAGE_FOR, TODAY, VIN_ALPHABET
-from tbx.domains.kit import fetch_one, fetch_rows, parse_date, parse_money, require_text
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.domains.kit import fetch_one, fetch_rows, parse_date, parse_money, record_once, require_text
+from tbx.tools import ToolFailure, tool
 
 CONTACT_FIELDS = ("phone", "email", "street")
 COVERAGE_TYPES = ("liability", "collision", "comprehensive", "rental")

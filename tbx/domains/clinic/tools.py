@@ -29,8 +29,8 @@ from tbx.domains.clinic.schema import (
     slots,
 )
 from tbx.domains.clinic.seed import SPECIALTIES, TODAY
-from tbx.domains.kit import fetch_one
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.domains.kit import fetch_one, record_once
+from tbx.tools import ToolFailure, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
 FeeKind = Literal["late_cancel_fee", "no_show_fee"]

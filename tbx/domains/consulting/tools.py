@@ -31,8 +31,8 @@ from tbx.domains.consulting.schema import (
     time_entries,
     timesheet_periods,
 )
-from tbx.domains.kit import CENT, fetch_one, fetch_rows, parse_money
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.domains.kit import CENT, fetch_one, fetch_rows, parse_money, record_once
+from tbx.tools import ToolFailure, tool
 
 CASE_CATEGORIES = ("unauthorized_invoice_request", "closed_period_correction", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tbx.domains.helpdesk.seed import (
@@ -27,7 +28,7 @@ from tbx.domains.helpdesk.seed import (
     technician,
     ticket,
 )
-from tbx.domains.kit import Built, IdPool, call, identity_records, private_facts, training_tasks
+from tbx.domains.kit import Built, IdPool, ask_for, call, identity_records, private_facts, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -44,14 +45,8 @@ ASKS = {"employee_id": "your employee ID", "date_of_birth": "your date of birth"
         "ticket_number": "the ticket number", "leaver_id": "the leaver's employee ID"}
 
 
-def _ask(*names: str) -> dict:
-    parts = [ASKS[n] for n in names]
-    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    return {"say": f"I can help with that. Could you please give me {listed}?"}
-
-
-def _facts(**values: Any) -> dict:
-    return private_facts(KEYWORDS, **values)
+_ask = partial(ask_for, ASKS)
+_facts = partial(private_facts, KEYWORDS)
 
 
 def _built(persona: str, instructions: str, opening: str, rows: dict, reference: list, expected: list,

@@ -23,8 +23,8 @@ from tbx.domains.helpdesk.schema import (
     users,
 )
 from tbx.domains.helpdesk.seed import SLA_DAYS, TEAMS, TODAY, due_date
-from tbx.domains.kit import fetch_one
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.domains.kit import fetch_one, record_once
+from tbx.tools import ToolFailure, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
 Priority = Literal["low", "medium", "high", "critical"]

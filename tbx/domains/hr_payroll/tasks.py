@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tbx.domains.hr_payroll.seed import (
@@ -28,7 +29,7 @@ from tbx.domains.hr_payroll.seed import (
     person,
     working_days,
 )
-from tbx.domains.kit import Built, IdPool, call, identity_records, private_facts, training_tasks
+from tbx.domains.kit import Built, IdPool, ask_for, call, identity_records, private_facts, training_tasks
 
 EASY_INSTANCES, INSTANCES = 10, 8
 # Easy tasks offer a short tool list: the full one does not fit a 2k-token model context next to the
@@ -43,13 +44,8 @@ KEYWORDS = {
 ASKS = {"employee_id": "your employee ID", "date_of_birth": "your date of birth"}
 
 
-def _ask_identity() -> dict:
-    return {"say": f"I can help with that. Could you please give me {ASKS['employee_id']} and "
-                   f"{ASKS['date_of_birth']}?"}
-
-
-def _facts(**values: Any) -> dict:
-    return private_facts(KEYWORDS, **values)
+_ask = partial(ask_for, ASKS)
+_facts = partial(private_facts, KEYWORDS)
 
 
 def _identity(employee: Row, **more: Any) -> dict:
@@ -124,7 +120,7 @@ def _leave_family(rng: random.Random, index: int, covered: bool) -> Built:
     start, end, count = _period(rng, (2, 9) if covered else (3, 9))
     vacation = rng.randrange(count, count + 12) if covered else rng.randrange(0, count)
     held = balances(employee["id"], ids(5000, 6000), vacation, rng.randrange(1, 10))
-    steps = [_ask_identity(), call("verify_employee", employee_id=employee["id"],
+    steps = [_ask("employee_id", "date_of_birth"), call("verify_employee", employee_id=employee["id"],
                                     date_of_birth=employee["date_of_birth"]),
              call("get_employee", employee_id=employee["id"])]
     kind, facts = "vacation", _identity(employee)
@@ -164,7 +160,7 @@ def _raise_family(rng: random.Random, index: int, within: bool) -> Built:
     percent = RAISES_WITHIN[index % 4] if within else RAISES_OVER[index % 6]
     old = report["annual_salary"]
     new = old + old * percent // 100
-    steps = [_ask_identity(), call("verify_employee", employee_id=manager["id"],
+    steps = [_ask("employee_id", "date_of_birth"), call("verify_employee", employee_id=manager["id"],
                                     date_of_birth=manager["date_of_birth"]),
              call("get_employee", employee_id=report["id"])]
     change = {"employee_id": report["id"], "old_salary": old, "new_salary": new, "effective_date": EFFECTIVE_DATE}
@@ -213,7 +209,7 @@ def _process_expenses_hard(rng: random.Random, index: int) -> Built:
               expense(rng, ids(700, 1000), employee["id"], rng.randrange(7501, 40000) / 100, 0)]
     rng.shuffle(claims)
     claims.append(expense(rng, ids(700, 1000), employee["id"], rng.randrange(7501, 40000) / 100, 0, "rejected"))
-    steps = [_ask_identity(), call("verify_employee", employee_id=employee["id"],
+    steps = [_ask("employee_id", "date_of_birth"), call("verify_employee", employee_id=employee["id"],
                                     date_of_birth=employee["date_of_birth"]),
              call("list_expense_claims", employee_id=employee["id"]), call("list_payroll_runs")]
     expected = []
@@ -242,7 +238,7 @@ def _benefit_family(rng: random.Random, index: int, in_window: bool) -> Built:
     hired_ago = (0, 30, 12, 21)[index % 4] if in_window else (31, 45, 120, 400)[index % 4]
     employee = _employee(rng, ids, hired_ago=hired_ago + (rng.randrange(3) if index % 4 > 1 else 0))
     plan_id, plan, _, cost = PLANS[rng.randrange(len(PLANS))]
-    steps = [_ask_identity(), call("verify_employee", employee_id=employee["id"],
+    steps = [_ask("employee_id", "date_of_birth"), call("verify_employee", employee_id=employee["id"],
                                     date_of_birth=employee["date_of_birth"]),
              call("get_employee", employee_id=employee["id"]), call("list_benefit_plans")]
     if in_window:
@@ -283,7 +279,7 @@ def _identity_fails_hard(rng: random.Random, index: int) -> Built:
         f"Someone calling about {_name(employee)}'s HR record.",
         f"You want to {want}. You give the date of birth you hold when asked.", f"Hi, I'd like to {want}.",
         {"employees": [employee], "leave_balances": balances(employee["id"], ids(5000, 6000), 20, 5)},
-        [_ask_identity(), call("verify_employee", employee_id=employee["id"], date_of_birth=wrong),
+        [_ask("employee_id", "date_of_birth"), call("verify_employee", employee_id=employee["id"], date_of_birth=wrong),
          call("open_hr_case", employee_id=employee["id"], category="identity_verification_failed",
                summary="Caller could not be verified."),
          {"say": "I'm sorry, the details you gave do not match our records, so I cannot make any change. "

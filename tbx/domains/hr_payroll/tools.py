@@ -25,8 +25,8 @@ from tbx.domains.hr_payroll.schema import (
     salary_changes,
 )
 from tbx.domains.hr_payroll.seed import EFFECTIVE_DATE, TODAY, working_days
-from tbx.domains.kit import fetch_one, parse_date, parse_money
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.domains.kit import fetch_one, parse_date, parse_money, record_once
+from tbx.tools import ToolFailure, tool
 
 # Closed choices are Literal types, so the schema the agent sees lists them as an enum.
 LeaveType = Literal["vacation", "sick", "unpaid"]

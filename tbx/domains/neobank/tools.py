@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
-from tbx.domains.kit import add_row, fetch_one, parse_money
+from tbx.domains.kit import add_row, fetch_one, parse_money, record_once
 from tbx.domains.neobank.schema import (
     accounts,
     audit_log,
@@ -26,7 +26,7 @@ from tbx.domains.neobank.schema import (
     transfers,
 )
 from tbx.domains.neobank.seed import TODAY, new_card_last4
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.tools import ToolFailure, tool
 
 REPLACE_REASONS = ("damaged", "lost", "stolen")
 DISPUTE_REASONS = ("unauthorized", "duplicate", "not_received", "wrong_amount")

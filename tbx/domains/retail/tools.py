@@ -11,7 +11,7 @@ from decimal import Decimal
 
 from sqlalchemy import func, select, update
 
-from tbx.domains.kit import add_row, fetch_one, parse_money
+from tbx.domains.kit import add_row, fetch_one, parse_money, record_once
 from tbx.domains.retail.schema import (
     audit_log,
     credit_approvals,
@@ -28,7 +28,7 @@ from tbx.domains.retail.schema import (
     variants,
 )
 from tbx.domains.retail.seed import TODAY
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.tools import ToolFailure, tool
 
 CASE_CATEGORIES = ("return_exception", "address_change_after_shipment", "identity_verification_failed", "other")
 MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from sqlalchemy import func, insert, select, update
 
-from tbx.domains.kit import fetch_one, parse_money
+from tbx.domains.kit import fetch_one, parse_money, record_once
 from tbx.domains.travel.schema import (
     approvals,
     audit_log,
@@ -24,7 +24,7 @@ from tbx.domains.travel.schema import (
     room_types,
     support_cases,
 )
-from tbx.tools import ToolFailure, record_once, tool
+from tbx.tools import ToolFailure, tool
 
 PROFILE_FIELDS = ("phone", "email", "frequent_flyer_number", "hotel_loyalty_number")
 REQUEST_TYPES = ("room_downgrade", "room_upgrade")
