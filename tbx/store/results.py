@@ -54,6 +54,12 @@ from tbx.records import ERROR_OUTCOMES, EpisodeResult
 from tbx.store.claims import RUN_LOCK, Claim, Claims, claims_table, describe_owner
 
 ERROR_VALUES = {o.value for o in ERROR_OUTCOMES}
+
+
+def settled(last_outcome: str, tries: int, max_error_retries: int) -> bool:
+    """Whether an attempt is final after `tries` tries, the last ending in `last_outcome`: a verdict,
+    or an error with no re-run left."""
+    return last_outcome not in ERROR_VALUES or tries > max_error_retries
 metadata = MetaData()
 
 attempts = Table(
@@ -207,7 +213,7 @@ class ResultStore:
         tries = self._tries.get((task_id, attempt), [])  # a lookup adds no empty entry for final_records
         if not tries:
             return False
-        return tries[-1]["outcome"] not in ERROR_VALUES or len(tries) > max_error_retries
+        return settled(tries[-1]["outcome"], len(tries), max_error_retries)
 
     def append(self, result: EpisodeResult, cost_usd: float = 0.0, max_error_retries: int | None = None
                ) -> dict[str, Any]:
@@ -230,8 +236,7 @@ class ResultStore:
         dialect = self.engine.dialect.name
         statement = (pg_insert if dialect == "postgresql" else sqlite_insert)(attempts).values(**row)
         key = (result.task_id, result.attempt)
-        final = max_error_retries is not None and (result.outcome.value not in ERROR_VALUES
-                                                   or record["try"] + 1 > max_error_retries)
+        final = max_error_retries is not None and settled(result.outcome.value, record["try"] + 1, max_error_retries)
         try:
             with self.engine.begin() as conn:
                 if key in self.claims.held:

@@ -161,13 +161,18 @@ class ToolSession:
         return Message(role="tool", content=text, tool_call_id=call.id, name=call.name, is_error=result.is_error)
 
 
+async def listed_schemas(client: mcp.Client) -> tuple[ToolSchema, ...]:
+    """The tools a session lists, as the agent is shown them."""
+    listed = await client.list_tools()
+    return tuple(ToolSchema(t.name, t.description or "", t.input_schema) for t in listed.tools)
+
+
 @asynccontextmanager
 async def open_tool_session(server: MCPServer, infra: InfraLog,
                             timeout_s: float | None = None) -> AsyncIterator[ToolSession]:
     error: Exception | None = None
     async with mcp.Client(server) as client:
-        listed = await client.list_tools()
-        schemas = tuple(ToolSchema(t.name, t.description or "", t.input_schema) for t in listed.tools)
+        schemas = await listed_schemas(client)
         try:
             yield ToolSession(client, schemas, infra, timeout_s)
         except Exception as exc:  # re-raised below, outside the client's task group, which would wrap it
@@ -199,9 +204,7 @@ async def _hold(server: MCPServer, ready: asyncio.Future, stop: asyncio.Event) -
     the task that opened it)."""
     try:
         async with mcp.Client(server) as client:
-            listed = await client.list_tools()
-            ready.set_result((client, tuple(ToolSchema(t.name, t.description or "", t.input_schema)
-                                            for t in listed.tools)))
+            ready.set_result((client, await listed_schemas(client)))
             await stop.wait()
     except BaseException as exc:
         if not ready.done():
