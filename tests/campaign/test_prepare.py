@@ -50,18 +50,20 @@ def test_a_second_preparation_reads_the_cache_and_a_changed_task_is_prepared_aga
         backend.close()
 
 
-def test_tasks_prepared_in_parallel_processes_equal_tasks_prepared_here(tmp_path):
+def test_tasks_prepared_in_parallel_processes_equal_tasks_prepared_here(tmp_path, monkeypatch):
     here = make_cfg(tmp_path / "here", "tasks=travel", "eval.workers=1")
     apart = make_cfg(tmp_path / "apart", "tasks=travel", "eval.workers=2")
     tasks = resolve_tasks(here.tasks)
     assert len(tasks) >= 2 * prepare_module.MIN_TASKS_PER_PROCESS  # so that two processes prepare them
-    runtimes = {}
+    runtimes, prepared = {}, counting(monkeypatch)  # counts this process's preparations only
     for name, cfg in (("here", here), ("apart", apart)):
+        prepared.clear()
         backend = build_backend(cfg)
         try:
             runtimes[name] = {task_id: dataclasses.replace(rt, template="") for task_id, rt in
                               prepare_all(cfg, tasks, backend).items()}
         finally:
             backend.close()
+    assert prepared == []  # "apart": every task was prepared by the spawned processes, none here
     assert len(list((tmp_path / "apart" / "db" / "prepared").glob("*.json"))) == len(tasks)
     assert as_data(runtimes["apart"]) == as_data(runtimes["here"])

@@ -1,5 +1,6 @@
-"""Fixtures of the domain tests: every task of a bundled domain, prepared once per test module;
-a SQLite backend and prepared runtimes by task, once per test module."""
+"""Fixtures of the domain tests: every task of a bundled domain, prepared once per test session
+(the tests only clone its templates); a SQLite backend and prepared runtimes by task, once per test
+module."""
 
 import pytest
 
@@ -9,7 +10,7 @@ from tbx.config import TasksConfig
 from tbx.domains import domain_names
 
 
-@pytest.fixture(scope="module", params=domain_names())
+@pytest.fixture(scope="session", params=domain_names())
 def domain_runtimes(request, tmp_path_factory):
     """(domain name, SQLite backend, the runtimes of all its tasks) for each bundled domain."""
     backend = SQLiteBackend(str(tmp_path_factory.mktemp(request.param)))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -39,11 +38,6 @@ def is_alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_command_line_from_the_serve_spec():
