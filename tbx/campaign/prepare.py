@@ -30,7 +30,7 @@ from tqdm import tqdm
 from tbx import catalog
 from tbx.backend import Backend
 from tbx.campaign.components import build_backend
-from tbx.campaign.workers import available_cores, map_shares
+from tbx.campaign.workers import map_shares, share_processes
 from tbx.catalog import TaskRuntime, prepare_task, source_hash, template_key, template_rows
 from tbx.config import Config
 from tbx.domains import get_domain
@@ -138,7 +138,7 @@ def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, T
         cache.sweep()
     runtimes: dict[str, TaskRuntime | None] = {task.id: cache.load(task, backend) for task in tasks}
     missing = [task for task in tasks if runtimes[task.id] is None]
-    processes = min(cfg.eval.workers or available_cores(), len(missing) // MIN_TASKS_PER_PROCESS)
+    processes = share_processes(cfg, len(missing), MIN_TASKS_PER_PROCESS)
     if processes > 1:
         try:
             _prepare_in_processes(cfg, missing, processes)

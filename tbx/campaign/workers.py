@@ -49,6 +49,12 @@ def available_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def share_processes(cfg: Config, items: int, per_process: int) -> int:
+    """Processes to spread `items` pieces of work over: `eval.workers` (default: the cores available),
+    at most one per `per_process` pieces (fewer would not repay a process's start-up)."""
+    return min(cfg.eval.workers or available_cores(), items // per_process)
+
+
 def plan_workers(cfg: Config, pending: int) -> int:
     """Worker processes for `pending` attempts: `eval.workers`, or by default the cores available when
     the harness sets the pace (a reference policy with the scripted user), never more than one per

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from tbx.backend import Backend
 from tbx.backend.state import apply_delta
 from tbx.campaign.components import build_backend, build_judge
-from tbx.campaign.workers import available_cores, map_shares
+from tbx.campaign.workers import map_shares, share_processes
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
 from tbx.config import Config
 from tbx.durable import write_text
@@ -184,7 +184,7 @@ def run_validate(cfg: Config) -> dict[str, Any]:
     per 16 tasks at most): its episodes are the reference policies' and the scripted user's."""
     verdicts: list[TaskVerdict] = []
     tasks = _load(cfg, verdicts)
-    workers = min(cfg.eval.workers or available_cores(), len(tasks) // GATE_TASKS_PER_WORKER)
+    workers = share_processes(cfg, len(tasks), GATE_TASKS_PER_WORKER)
     if workers > 1:
         for share in map_shares(_gate_share, cfg, tasks, workers, f"validate ({workers} workers)"):
             verdicts.extend(share)

@@ -325,3 +325,19 @@ class FactReader:
                        for s, sentence in enumerate(sentences))
         facts = tuple(sorted(found, key=found.__getitem__))
         return Asked(facts, tuple(ambiguous), unplaced and not ambiguous, frozenset(asked_sentences))
+
+
+READERS_KEPT = 4096  # fact readers kept per process (a campaign's tasks; more start the count over)
+_READERS: dict[int, tuple[UserScenario, FactReader]] = {}
+
+
+def reader_for(scenario: UserScenario) -> FactReader:
+    """The scenario's fact reader, built once per process: it only reads after it is built, and building
+    its phrase table was ~3 ms of every oracle episode. Keyed by the scenario object, which the entry
+    keeps alive (so its id is not reused); a campaign has one per task."""
+    kept = _READERS.get(id(scenario))
+    if kept is None or kept[0] is not scenario:
+        if len(_READERS) >= READERS_KEPT:
+            _READERS.clear()
+        kept = _READERS[id(scenario)] = (scenario, FactReader(scenario))
+    return kept[1]

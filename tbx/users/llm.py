@@ -37,7 +37,7 @@ from tbx.llm.parsing import parse_openai_message  # strips reasoning the same wa
 from tbx.messages import Message
 from tbx.tasks.model import UserScenario
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
-from tbx.users.facts import FactReader
+from tbx.users.facts import reader_for
 from tbx.users.reading import ending_of, read_sentences
 
 _TOKEN = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_\-./:]*[A-Za-z0-9])?")
@@ -100,7 +100,7 @@ def audit_user_turn(scenario: UserScenario, conversation: Sequence[Message], tex
     earlier = "\n".join(visible)
     message = _last_agent_text(conversation)
     asked, sentences = message.lower(), read_sentences(message)
-    understood = set(FactReader(scenario).asked(message, sentences).facts)
+    understood = set(reader_for(scenario).asked(message, sentences).facts)
     revealed, problems = [], []
     for name, fact in scenario.private_facts.items():
         values = [v for v in _leaves(fact.value) if len(v) >= 2]

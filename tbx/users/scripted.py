@@ -30,7 +30,7 @@ from tbx.messages import Message
 from tbx.tasks.model import UserScenario
 from tbx.users import lexicon as lx
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
-from tbx.users.facts import FactReader
+from tbx.users.facts import reader_for
 from tbx.users.profiles import tokenize
 from tbx.users.reading import Sentence, ending_of, normalize, read_sentences
 
@@ -62,13 +62,10 @@ def _concepts(text: str) -> set[str]:
     return found
 
 
-READERS_KEPT = 4096  # fact readers a scripted user keeps (a campaign's tasks; more start the count over)
-
-
 class ScriptedSession(UserSession):
-    def __init__(self, scenario: UserScenario, patience: int = PATIENCE, reader: FactReader | None = None):
+    def __init__(self, scenario: UserScenario, patience: int = PATIENCE):
         self.scenario = scenario
-        self.reader = FactReader(scenario) if reader is None else reader
+        self.reader = reader_for(scenario)
         self.patience = patience
         self.idle = 0  # replies in a row that moved nothing forward
         self.goal = _concepts(f"{scenario.instructions} {scenario.opening_message}")
@@ -144,19 +141,10 @@ class ScriptedUser(UserSimulator):
 
     def __init__(self, patience: int = PATIENCE):
         self.patience = patience
-        # A scenario's fact reader, built once: it only reads after it is built, and building its phrase
-        # table was ~3 ms of every oracle episode. Keyed by the scenario object, which the entry keeps
-        # alive (so its id is not reused); a campaign has one per task.
-        self._readers: dict[int, tuple[UserScenario, FactReader]] = {}
 
     @classmethod
     def from_config(cls, user: UserConfig) -> ScriptedUser:
         return cls()
 
     def session(self, scenario: UserScenario, seed: int) -> UserSession:
-        kept = self._readers.get(id(scenario))
-        if kept is None or kept[0] is not scenario:
-            if len(self._readers) >= READERS_KEPT:
-                self._readers.clear()
-            kept = self._readers[id(scenario)] = (scenario, FactReader(scenario))
-        return ScriptedSession(scenario, self.patience, kept[1])
+        return ScriptedSession(scenario, self.patience)
