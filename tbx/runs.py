@@ -205,14 +205,25 @@ def save_run_meta(run_dir: Path, cfg: Config) -> None:
     write_text(run_dir / "config.yaml", yaml.safe_dump(plain(cfg), sort_keys=False))
     meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
     path = run_dir / "run.json"
-    if path.is_file():  # a resumed run keeps what served it (record_engine)
-        meta |= {k: v for k, v in json.loads(path.read_text()).items() if k == "engine"}
+    if path.is_file():  # a resumed run keeps what served and trained it (record_meta)
+        meta |= {k: v for k, v in json.loads(path.read_text()).items() if k in RECORDED}
+    write_text(path, json.dumps(meta, indent=2))
+
+
+RECORDED = ("engine", "trainer")  # what `record_meta` adds to run.json
+
+
+def record_meta(run_dir: Path, key: str, value: dict[str, Any]) -> None:
+    """Add what served (`engine`: `{"name": "vllm", "version": "0.32.0", "weights": ...}`) or trained
+    (`trainer`: verl's version and checkpoint) the run to `run.json`."""
+    if key not in RECORDED:
+        raise ValueError(f"run.json records {RECORDED}, not {key!r}")
+    path = run_dir / "run.json"
+    meta = json.loads(path.read_text()) if path.is_file() else {}
+    meta[key] = value
     write_text(path, json.dumps(meta, indent=2))
 
 
 def record_engine(run_dir: Path, engine: dict[str, Any]) -> None:
-    """Add what served the policy to `run.json`: e.g. `{"name": "vllm", "version": "0.32.0", "weights": ...}`."""
-    path = run_dir / "run.json"
-    meta = json.loads(path.read_text()) if path.is_file() else {}
-    meta["engine"] = engine
-    write_text(path, json.dumps(meta, indent=2))
+    """Add what served the policy to `run.json`."""
+    record_meta(run_dir, "engine", engine)

@@ -120,6 +120,44 @@ def serving_folder(directory: Path, cache: Path, version: str) -> Path:
     return target
 
 
+def untied_copy(directory: Path, cache: Path, version: str) -> Path:
+    """A Hugging Face folder of the model in `directory` with its output layer as a tensor of its own,
+    for a trainer that loads the model itself and syncs every tensor into vLLM (verl on CPU): one
+    `model.safetensors` holding `lm_head.weight` beside the rest (a serving copy's separate head file is
+    read by vLLM but not by transformers, which would give the model a fresh random head). Made once
+    per weights version under `cache`; `directory` itself when its embeddings are untied."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    if not ties_embeddings(directory):
+        return directory
+    target = cache / version.replace("/", "_").replace("@", "-")
+    if (target / "model.safetensors").is_file():
+        return target
+    staging = cache / f".{target.name}.{os.getpid()}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    tensors: dict[str, Any] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        with safe_open(str(path), "pt") as handle:
+            tensors.update({key: handle.get_tensor(key) for key in handle.keys()})
+    tensors["lm_head.weight"] = _embeddings(directory).clone()
+    for source in directory.iterdir():
+        if source.is_file() and source.suffix != ".safetensors" and source.name != INDEX:
+            shutil.copy2(source, staging / source.name)
+    save_file(tensors, str(staging / "model.safetensors"))
+    config = json.loads((staging / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    if isinstance(config.get("text_config"), dict):
+        config["text_config"]["tie_word_embeddings"] = False
+    (staging / "config.json").write_text(json.dumps(config, indent=2))
+    try:
+        os.rename(staging, target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)  # another process made it first
+    return target
+
+
 def save_for_reload(model: Any, folder: Path) -> None:
     """A trained module's weights as vLLM reloads them: its own save, plus the output layer as a
     tensor of its own when the module ties it to the embeddings."""

@@ -124,8 +124,10 @@ class RayJob(Checkpointable):
     def __call__(self) -> Any:
         env = submitit.JobEnvironment()
         run = f"ray-{env.job_id}-{self.attempt}-{os.environ.get('SLURM_RESTART_COUNT', '0')}"
-        spec = RaySpec(num_nodes=env.num_tasks, cpus=self.plan.cpus_per_task, gpus=self.plan.gpus_per_task,
-                       auth_mode=self.auth_mode, rendezvous=Path(env.paths.folder) / run, hosts=env.num_nodes)
+        spec = RaySpec(num_nodes=env.num_tasks, cpus=self.plan.ray_cpus, gpus=self.plan.ray_gpus,
+                       auth_mode=self.auth_mode, rendezvous=Path(env.paths.folder) / run, hosts=env.num_nodes,
+                       fake_gpus=self.plan.ray_gpus > self.plan.gpus_per_task,
+                       object_store_bytes=self.plan.ray_object_store_bytes)
         return run_on_ray_cluster(self.function, self.args, spec, env.global_rank)
 
     def checkpoint(self) -> DelayedSubmission:

@@ -48,6 +48,11 @@ class JobPlan:
     episodes_per_step: int  # stage=train: groups x episodes per group (0 otherwise)
     data_parallel: int  # stage=train: ranks a step's episodes are split over (0 otherwise)
     notes: tuple[str, ...] = ()
+    # what each Ray node advertises (ray_nodes > 0): its GPUs and CPUs; verl on a machine without GPUs gets
+    # one fake GPU per training rank and more CPU slots than cores (tbx/verl_bridge/cpu.py)
+    ray_gpus: int = 0
+    ray_cpus: int = 0
+    ray_object_store_bytes: int | None = None  # None: Ray's default
 
     @property
     def tasks(self) -> int:
@@ -77,7 +82,9 @@ class JobPlan:
             lines.append(f"#   shards: an array of {self.shards} jobs (eval.shard=i eval.num_shards={self.shards}), "
                          "then one job that finds them in the store and writes the summary")
         if self.ray_nodes:
-            lines.append(f"#   ray: head on rank 0 + {self.ray_workers} worker(s), {self.gpus_per_task} GPU(s) each")
+            fake = "" if self.gpus_per_task else " (fake: verl on CPU)"
+            lines.append(f"#   ray: head on rank 0 + {self.ray_workers} worker(s), {self.ray_gpus} GPU(s){fake} and "
+                         f"{self.ray_cpus} CPU slot(s) each")
         if self.episodes_per_step:
             lines.append(f"#   train: {self.episodes_per_step} episodes per step over {self.data_parallel} "
                          f"data-parallel rank(s), {self.episodes_per_step // self.data_parallel} each")
@@ -99,13 +106,24 @@ def make_plan(cfg: Config, n_tasks: int | None = None) -> JobPlan:
         batch = TrainBatch(cfg.grpo.groups_per_step, cfg.grpo.group_size)
         data_parallel = check_trainer(cfg, batch, tasks)
         ray_nodes = tasks if cfg.grpo.trainer == "verl" and hw.executor != "debug" else 0
+    ray_gpus, ray_cpus, ray_store = ray_resources(gpus_per_task, hw.cpus_per_task) if ray_nodes else (0, 0, None)
     return JobPlan(
         stage=cfg.stage.name, hardware=hw.name, executor=str(hw.executor), nodes=hw.nodes,
         tasks_per_node=hw.tasks_per_node, gpus_per_task=gpus_per_task, cpus_per_task=hw.cpus_per_task,
         tensor_parallel_size=tp, vllm_replicas=gpus_per_task // tp, shards=shards, ray_nodes=ray_nodes,
         episodes_per_step=batch.episodes if batch else 0, data_parallel=data_parallel,
-        notes=plan_notes(cfg, shards),
+        notes=plan_notes(cfg, shards), ray_gpus=ray_gpus, ray_cpus=ray_cpus, ray_object_store_bytes=ray_store,
     )
+
+
+def ray_resources(gpus_per_task: int, cpus_per_task: int) -> tuple[int, int, int | None]:
+    """(GPUs, CPUs, object store bytes) of a Ray node of a verl job: its own (Ray's default store), or on
+    CPU verl's fake GPUs, CPU slots and a small store (tbx/verl_bridge/cpu.py)."""
+    if gpus_per_task:
+        return gpus_per_task, cpus_per_task, None
+    from tbx.verl_bridge.cpu import OBJECT_STORE_BYTES, RANKS_PER_NODE, ray_cpu_slots
+
+    return RANKS_PER_NODE, ray_cpu_slots(cpus_per_task), OBJECT_STORE_BYTES
 
 
 def _hw_error(hw: HardwareConfig, key: str, problem: str, fix: str) -> ConfigError:

@@ -53,6 +53,10 @@ class RaySpec:
     rendezvous: Path  # shared by all tasks of this run of the job
     hosts: int = 1  # nodes of the allocation (several Ray nodes may share one host)
     timeout_s: float = 600.0  # for the head to come up and every worker to join
+    # `gpus` are fake (verl on a machine without GPUs, tbx/verl_bridge/cpu.py): Ray refuses to advertise
+    # GPUs while CUDA_VISIBLE_DEVICES is empty, as job schedulers set it on CPU jobs, so it is dropped
+    fake_gpus: bool = False
+    object_store_bytes: int | None = None  # Ray's default (30 % of memory) when None
 
     @property
     def temp_dir(self) -> str:
@@ -105,12 +109,15 @@ def worker_command(spec: RaySpec, address: str, ip: str) -> list[str]:
 
 
 def _node_flags(spec: RaySpec) -> list[str]:
+    store = [f"--object-store-memory={spec.object_store_bytes}"] if spec.object_store_bytes else []
     return [f"--num-cpus={spec.cpus}", f"--num-gpus={spec.gpus}", f"--temp-dir={spec.temp_dir}",
-            f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"]
+            f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats", *store]
 
 
 def auth_env(spec: RaySpec, token_path: Path | None) -> dict[str, str]:
     env = {"RAY_AUTH_MODE": spec.auth_mode, "RAY_USAGE_STATS_ENABLED": "0"}
+    if spec.fake_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.gpus))
     if spec.auth_mode == "token" and token_path is not None:
         env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
     return env
@@ -177,7 +184,7 @@ def _wait_workers_stopped(spec: RaySpec, grace_s: float = 60.0) -> None:
         time.sleep(POLL_S)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the job's process dies, even by SIGKILL (a cancelled
     job; prctl PR_SET_PDEATHSIG, Linux). Ray's reaper, which `ray start --block` spawns, then kills
     the daemons within about a second; a SIGTERM would first try to drain the node through a GCS
@@ -191,7 +198,7 @@ def _die_with_parent() -> None:
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     with log.open("ab") as out:  # the child keeps its own descriptor
         return subprocess.Popen(command, env=os.environ | env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_die_with_parent)
+                                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=die_with_parent)
 
 
 def _stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:

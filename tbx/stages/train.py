@@ -42,9 +42,10 @@ from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, grpo_update
 from tbx.rl.sampler import GroupSampler
-from tbx.runs import record_engine, resolve_run_dir, run_identity, save_run_meta
+from tbx.runs import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store import open_store
+from tbx.store.training import as_training_attempt, first_attempt_of
 
 
 def load_manifest(path: str | None) -> PoolManifest:
@@ -114,7 +115,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
             result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed,
                                        cfg.eval.max_turns)
-            store.append(_for_store(result, step), episode_cost(cfg, result.usage))
+            store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
             bar.total = max(bar.total, bar.n + 1)  # replacement groups and re-runs add episodes
@@ -162,16 +163,6 @@ async def _train(cfg: Config, run: _Trainer) -> None:
     for part in (user, judge):
         if part is not None:
             await part.aclose()
-
-
-STEP_STRIDE = 100_000  # stored attempt = step * STEP_STRIDE + the sampler's attempt index
-
-
-def _for_store(result, step: int):  # noqa: ANN001, ANN202
-    """Training episodes are stored with the step in their attempt number: (step, slot) is unique."""
-    from dataclasses import replace
-
-    return replace(result, attempt=step * STEP_STRIDE + result.attempt)
 
 
 def run_train(cfg: Config) -> dict[str, Any]:
@@ -235,7 +226,7 @@ def _start(cfg: Config, run_dir: Path, tasks: list, store) -> _Trainer:  # noqa:
         print(f"resuming {run_dir} from step {state.step}", file=sys.stderr)
     record_engine(run_dir, policy.engine())
     # episodes a killed process stored after its last checkpoint were not trained on; they are replayed
-    store.discard_from(state.step * STEP_STRIDE)
+    store.discard_from(first_attempt_of(state.step))
     return _Trainer(policy=policy, optimizer=optimizer, sampler=sampler, store=store, checkpoints=checkpoints,
                     state=state)
 
@@ -244,11 +235,20 @@ def _train_with_verl(cfg: Config, manifest: PoolManifest) -> dict[str, Any]:
     """The same pool and recipe, trained by verl (on the Ray cluster this job runs in)."""
     from tbx.verl_bridge.launch import run_verl_training
 
+    tasks = pool_tasks(manifest)
     run_dir = resolve_run_dir(cfg)
-    save_run_meta(run_dir, cfg)
-    summary = run_verl_training(cfg, manifest, run_dir, run_dir.name)
+    run_id = run_identity(cfg, tasks)
+    store = open_store(cfg.store.url, run_dir, run_id, "train", cfg.store.timeout_s, read_tries=False)
+    try:
+        store.lock_run(str(run_dir))  # one trainer per run, as natively
+        save_run_meta(run_dir, cfg)
+        summary = run_verl_training(cfg, manifest, run_dir, run_dir.name, run_id)
+    finally:
+        store.close()
+    record_meta(run_dir, "trainer", summary["verl"])
     write_text(run_dir / "train.json", json.dumps(summary, indent=2))
-    print(f"verl trained {summary['steps']} steps -> {summary['checkpoints']}")
+    print(f"verl trained {summary['trained_steps']} steps on {len(tasks)} pool tasks -> "
+          f"{summary['final_model'] or summary['checkpoints']}")
     return summary
 
 

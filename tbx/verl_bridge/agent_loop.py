@@ -1,9 +1,10 @@
 """verl's AgentLoop for tbx: one trajectory = one tbx episode, rewarded by its terminal-state verdict.
 
-Registered as `tbx_episode` with verl's `@register` and, for the worker processes, named in the
-YAML at `actor_rollout_ref.rollout.agent.agent_loop_config_path` (written by
-`tbx.verl_bridge.data.write_bridge_files`; its entry passes `tbx_config_path` and the retry and
-prompt settings to `__init__`). verl makes one loop object per trajectory; the episode world
+Registered as `tbx_episode` by the YAML at `actor_rollout_ref.rollout.agent.agent_loop_config_path`
+(written by `tbx.verl_bridge.data.write_bridge_files`; its entry passes `tbx_config_path`, the run
+and the retry and prompt settings to `__init__`). Not with verl's `@register` as well: the worker
+imports this module at the first instantiation, after it read the YAML, and the decorator would
+then replace the YAML's entry by a bare one, so every later episode lost its arguments. verl makes one loop object per trajectory; the episode world
 (backend, user simulator, judge, prepared tasks) is built once per worker process.
 
 How an episode maps onto verl 0.9.1's `AgentLoopOutput`:
@@ -17,6 +18,10 @@ How an episode maps onto verl 0.9.1's `AgentLoopOutput`:
   sampler's zero-variance filter reads), `error_tries`, `context_limit`; verl averages these
   (strings would break `np.mean` in its validation metrics), so the outcome, cause and task id
   go to `extra_fields["tbx"]`.
+- `extra_fields["min_global_steps"]` / `["max_global_steps"]`: the weight versions that generated
+  the episode (the first turn's earliest, the last turn's latest, as verl's server reports them per
+  call). verl's V1 trainer reads both from every output to measure staleness and fails without them.
+- Every try is stored in the run's results store (`EpisodeRecorder`) as a `train` row.
 - Error outcomes (infra_error, user_sim_error, verifier_error) never become a reward: the episode
   is re-run inside the loop (`max_error_retries`); if every try errors, `run` raises
   `EpisodeErrored`. verl's V1 worker then marks the prompt group `failure` and writes no
@@ -33,28 +38,29 @@ import logging
 import uuid
 from typing import Any
 
-from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from tbx.errors import ConfigError
-from tbx.verl_bridge.episode import TrainingEpisode, run_training_episode, world_for
-from tbx.verl_bridge.overrides import AGENT_LOOP_NAME
+from tbx.verl_bridge.episode import EpisodeWorld, TrainingEpisode, run_training_episode, world_for
+from tbx.verl_bridge.recorder import EpisodeRecorder
 from tbx.verl_bridge.token_agent import PromptRenderer, TokenAgent, TokenLimits
 
 logger = logging.getLogger(__name__)
 
 
-@register(AGENT_LOOP_NAME)
 class TbxEpisodeLoop(AgentLoopBase):
     """Runs one tbx episode per trajectory through verl's rollout server."""
 
     def __init__(self, *args: Any, tbx_config_path: str | None = None, max_error_retries: int = 2,
                  prompt_style: str = "tbx", stop_after_tool_call: bool = True, max_new_tokens: int | None = None,
-                 **kwargs: Any):
+                 run_dir: str | None = None, run_id: str | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        if not tbx_config_path:
-            raise ConfigError("agent loop config", "tbx_config_path", "is not set",
-                              "write the agent loop YAML with tbx.verl_bridge.data.write_bridge_files")
-        self.tbx_config_path, self.max_error_retries = tbx_config_path, max_error_retries
+        for name, value in (("tbx_config_path", tbx_config_path), ("run_dir", run_dir), ("run_id", run_id)):
+            if not value:
+                raise ConfigError("agent loop config", name, "is not set",
+                                  "write the agent loop YAML with tbx.verl_bridge.data.write_bridge_files")
+        self.tbx_config_path, self.max_error_retries = str(tbx_config_path), max_error_retries
+        self.run_dir, self.run_id = str(run_dir), str(run_id)
         self.prompt_style, self.stop_after_tool_call = prompt_style, stop_after_tool_call
         self.max_new_tokens = max_new_tokens
 
@@ -76,14 +82,29 @@ class TbxEpisodeLoop(AgentLoopBase):
                               self.stop_after_tool_call)
 
         uid = str(kwargs.get("uid", f"{kwargs.get('index', 0)}-{uuid.uuid4().hex}"))
+        session = int(kwargs.get("session_id", 0))
+        recorder = self._recorder(world)
+        stored = recorder.claim_slot(str(task_id), int(kwargs.get("global_steps", 1)) - 1, session)
         try:
-            episode = await run_training_episode(world, str(task_id), make_agent, uid=uid,
-                                                 attempt=int(kwargs.get("session_id", 0)),
-                                                 max_error_retries=self.max_error_retries)
+            episode = await run_training_episode(world, str(task_id), make_agent, uid=uid, attempt=session,
+                                                 max_error_retries=self.max_error_retries,
+                                                 on_try=lambda result: recorder.record(result, stored))
         except Exception:
+            recorder.release(str(task_id), stored)  # nothing if its last try was stored already
             logger.exception("tbx episode of task %s failed; verl marks its group as failed", task_id)
             raise
         return episode_output(episode)
+
+    def _recorder(self, world: EpisodeWorld) -> EpisodeRecorder:
+        """This process's store writer for the run (one per process, as the world)."""
+        key = (self.run_dir, self.run_id)
+        if key not in _RECORDERS:
+            _RECORDERS[key] = EpisodeRecorder.open(world.cfg, self.run_dir, self.run_id,
+                                                   int(self.rollout_config.n), self.max_error_retries)
+        return _RECORDERS[key]
+
+
+_RECORDERS: dict[tuple[str, str], EpisodeRecorder] = {}
 
 
 def episode_output(episode: TrainingEpisode) -> AgentLoopOutput:
@@ -101,6 +122,8 @@ def episode_output(episode: TrainingEpisode) -> AgentLoopOutput:
                                  compute_score=result.timings.get("grade", 0.0),
                                  num_preempted=trace.num_preempted),
         extra_fields={
+            "min_global_steps": trace.min_weight_step,
+            "max_global_steps": trace.max_weight_step,
             "reward_extra_info": {"acc": episode.reward, "error_tries": float(len(episode.error_tries)),
                                   "context_limit": float(trace.exhausted)},
             "tbx": {"task_id": result.task_id, "outcome": result.outcome.value, "cause": result.cause[:500],

@@ -58,6 +58,6 @@ def write_bridge_files(cfg: Config, manifest: PoolManifest, plan: TrainPlan, pro
     paths = plan.paths
     write_rows(pool_rows(manifest), Path(paths.train_file))
     Path(paths.agent_loop_config).write_text(
-        yaml.safe_dump(agent_loop_entries(paths, plan.grpo, prompt_style), sort_keys=False))
+        yaml.safe_dump(agent_loop_entries(plan, prompt_style), sort_keys=False))
     Path(paths.tbx_config).write_text(yaml.safe_dump(plain(cfg), sort_keys=False))
     Path(paths.manifest).write_text(json.dumps(manifest.to_dict(), indent=2))

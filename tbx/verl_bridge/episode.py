@@ -13,6 +13,8 @@ is the same verdict that probing and evaluation use. What this module adds:
   `EpisodeErrored` is raised — an error is never turned into a reward of 0.
 - The response budget: when the agent's token stream is full, `BudgetUser` ends the
   conversation (instead of asking the real user) and the terminal state is graded as it is.
+- `EpisodeRecorder`: every try is stored in the run's results store (`stage=train` rows, the step in
+  the attempt number as native training stores them), so `stage=report` reads verl runs too.
 - `check_pool_prompts`, run before launching verl: a setup error that every episode would hit
   (first prompt too long, a chat template that rewrites history) fails there, at launch, instead
   of failing every group inside verl (which would keep replacing them).
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tbx.backend import Backend
-from tbx.catalog import TaskRuntime, prepare_task, resolve_tasks
+from tbx.catalog import TaskRuntime, load_manifest, manifest_tasks, prepare_task, resolve_tasks
 from tbx.config import Config
 from tbx.episodes import ERROR_OUTCOMES, EpisodeResult, Outcome, run_episode
 from tbx.errors import ConfigError, InfraError
@@ -66,7 +68,10 @@ class EpisodeWorld:
     def from_config(cls, cfg: Config) -> EpisodeWorld:
         from tbx.campaign.components import build_backend, build_judge, build_user
 
-        tasks = {task.id: task for task in resolve_tasks(cfg.tasks)}
+        # training plays the pool's tasks, from the task set its probe ran on (as the native trainer)
+        found = manifest_tasks(load_manifest(cfg.train.pool, "train.pool")) if cfg.train.pool else \
+            resolve_tasks(cfg.tasks)
+        tasks = {task.id: task for task in found}
         return cls(cfg, build_backend(cfg), build_user(cfg), build_judge(cfg), tasks)
 
     def runtime(self, task_id: str) -> TaskRuntime:
@@ -74,8 +79,8 @@ class EpisodeWorld:
         if task_id not in self._runtimes:
             if task_id not in self.tasks:
                 raise ConfigError("verl dataset row", "extra_info.task_id", f"'{task_id}' is not in the task set "
-                                  f"'{self.cfg.tasks.name}'", "give the training config the tasks the pool was "
-                                  "probed on (the manifest's probe_settings.tasks)")
+                                  f"of the pool {self.cfg.train.pool or self.cfg.tasks.name}", "write the rows "
+                                  "from the pool manifest the training config names (train.pool)")
             self._runtimes[task_id] = prepare_task(self.tasks[task_id], self.backend)
         return self._runtimes[task_id]
 
@@ -155,18 +160,24 @@ class TrainingEpisode:
 
 
 async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Callable[[], TokenAgent], *,
-                               uid: str, attempt: int, max_error_retries: int) -> TrainingEpisode:
-    """Play `task_id` until a try ends in a verdict (success or failure), at most 1 + retries times."""
+                               uid: str, attempt: int, max_error_retries: int,
+                               on_try: Callable[[EpisodeResult], None] | None = None) -> TrainingEpisode:
+    """Play `task_id` until a try ends in a verdict (success or failure), at most 1 + retries times;
+    `on_try` sees every try that ended (errored ones included) as it ends."""
     runtime = world.runtime(task_id)
     errored: list[EpisodeResult] = []
     for try_index in range(max_error_retries + 1):
         agent = make_agent()
         policy = SingleAgentPolicy(agent, world.cfg.model.name)
         user = BudgetUser(world.user, agent.trace)
+        cfg = world.cfg
         result = await run_episode(runtime, world.backend, policy, user, world.judge, attempt,
-                                   episode_seed(uid, attempt, try_index))
+                                   episode_seed(uid, attempt, try_index), cfg.eval.max_turns, cfg.eval.call_timeout_s,
+                                   cfg.faults, turn_timeout_s=cfg.eval.turn_timeout_s)
         if agent.fatal is not None:
             raise agent.fatal
+        if on_try is not None:
+            on_try(result)
         if result.outcome is Outcome.EXCLUDED:
             raise ConfigError("pool manifest", "kept", f"task {task_id} has judge rules but no judge is "
                               "configured", "configure a judge for training or select the pool without judge tasks")

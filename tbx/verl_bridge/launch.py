@@ -1,26 +1,37 @@
 """stage=train with grpo.trainer=verl: hand the pool and the recipe to verl's trainer.
 
-`launch.py stage=train grpo.trainer=verl hardware=slurm_h100x8x3 ...` runs as a Ray job
+`launch.py stage=train grpo.trainer=verl hardware=slurm_h100_3x8 ...` runs as a Ray job
 (`tbx.launch.dispatch.RayJob`): every task of the Slurm job joins one Ray cluster, and rank 0
 (the head, with RAY_ADDRESS set) calls `run_verl_training`, which
 
-1. plans the run from `grpo`, `hardware` and the pool manifest (`plan_training`: checked sizes),
-2. writes the bridge files into the run folder (`verl/train.jsonl`, `verl/agent_loops.yaml`,
+1. finds the model folder (the embedded default's converted GGUF when `model.path` is unset; on
+   CPU an untied serving copy of a tied model, `tbx.verl_bridge.cpu`), plans the run from `grpo`,
+   `hardware` and the pool manifest (`plan_training`: checked sizes),
+2. opens the run's results store and discards the episodes of every step after verl's newest
+   checkpoint (a killed run replays those steps; each is stored once),
+3. writes the bridge files into the run folder (`verl/train.jsonl`, `verl/agent_loops.yaml`,
    `verl/tbx_config.yaml`, `verl/pool.json`),
-3. starts `python -m <grpo.verl_entry> <overrides>` (verl's `main_ppo` by default) in the run
-   folder with the environment of the head, so its `ray.init()` joins the running cluster,
-   streams its output to the terminal and to `verl/main_ppo.log`, and
-4. turns a non-zero exit into an InfraError that quotes the end of the log.
+4. starts `python -m <grpo.verl_entry> <overrides>` (verl's `main_ppo` by default) in the run
+   folder with the environment of the head (plus the CPU platform's variables on hardware without
+   GPUs), so its `ray.init()` joins the running cluster; streams its output to the terminal and to
+   `verl/main_ppo.log`; a non-zero exit is an InfraError that quotes the end of the log;
+5. merges verl's last checkpoint into a Hugging Face folder (`final_model/`) with verl's own
+   merger, and records verl's version and the checkpoint in `run.json`.
 
 The command is also written to `verl/command.sh`, so a user can rerun or edit it by hand. verl
 resumes from the newest checkpoint in `checkpoints/` (`trainer.resume_mode=auto`), so a
-requeued job continues where it stopped. This module starts a process and imports no verl.
+requeued or restarted job continues where it stopped. This module starts processes and imports
+no verl.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
+import importlib.util
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections import deque
@@ -28,35 +39,126 @@ from pathlib import Path
 from typing import Any
 
 from tbx.config import Config
-from tbx.errors import InfraError
+from tbx.durable import publish_folder
+from tbx.errors import ConfigError, InfraError
+from tbx.launch.ray_cluster import die_with_parent
 from tbx.records import PoolManifest
+from tbx.store.training import first_attempt_of
+from tbx.verl_bridge.cpu import cpu_environment
 from tbx.verl_bridge.data import write_bridge_files
-from tbx.verl_bridge.overrides import GrpoSettings, HardwareSettings, TrainPlan, plan_training, verl_overrides
+from tbx.verl_bridge.overrides import (
+    VERL_VERSION,
+    GrpoSettings,
+    HardwareSettings,
+    TrainPlan,
+    plan_training,
+    verl_overrides,
+)
 
 LOG_TAIL_LINES = 30
+LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to its newest checkpoint
 
 
-def verl_command(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str) -> tuple[TrainPlan, list[str]]:
+def verl_command(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str,
+                 run_id: str = "") -> tuple[TrainPlan, list[str]]:
     """The checked plan and the full command line of verl's trainer for this run (pure)."""
     plan = plan_training(manifest, str(run_dir), experiment, GrpoSettings.from_config(cfg.grpo),
-                         HardwareSettings.from_config(cfg))
+                         HardwareSettings.from_config(cfg), run_id)
     return plan, [sys.executable, "-m", cfg.grpo.verl_entry, *verl_overrides(cfg, manifest, plan)]
 
 
-def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str) -> dict[str, Any]:
-    """Write the bridge files, run verl's trainer to the end, and say where its checkpoints are."""
-    plan, command = verl_command(cfg, manifest, run_dir, experiment)
-    write_bridge_files(cfg, manifest, plan)
+def check_verl_installed(cfg: Config) -> None:
+    """verl's trainer runs in this Python: say how to get it before anything starts."""
+    module = cfg.grpo.verl_entry.split(".")[0]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError("conf/grpo", "grpo.trainer", f"is verl, but {sys.executable} has no '{module}' module",
+                          "run launch.py with the venv that has verl: .venv-vllm/bin/python launch.py ... "
+                          "(bash scripts/setup.sh builds it; on a cluster: docs/clusters.md)")
+
+
+def training_model(cfg: Config, cpu: bool) -> Path:
+    """The Hugging Face folder verl loads: `model.path`, or the embedded default's converted GGUF; on
+    CPU a tied model's untied copy (vLLM's CPU reload cannot update a tied output layer)."""
+    from tbx.policies.hf_model import model_directory, resolve_config_path
+    from tbx.vllm_weights import untied_copy, weights_fingerprint
+
+    directory = Path(cfg.model.path) if cfg.model.path else model_directory(cfg.model)[0]
+    if not (directory / "config.json").is_file():
+        raise ConfigError("conf/model", "model.path", f"{directory} holds no config.json",
+                          "give a Hugging Face model folder (config, safetensors, tokenizer)")
+    if not cpu:
+        return directory
+    cache = resolve_config_path(cfg.model.cache_dir) / "untied-hf"
+    return untied_copy(directory, cache, f"{directory.name}-{weights_fingerprint(directory)[:12]}")
+
+
+def latest_verl_step(checkpoints: Path) -> int:
+    """The step of verl's newest complete checkpoint in `checkpoints` (0: none)."""
+    pointer = checkpoints / LATEST
+    if not pointer.is_file():
+        return 0
+    text = pointer.read_text().strip()
+    return int(text) if text.isdigit() else 0
+
+
+def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str,
+                      run_id: str) -> dict[str, Any]:
+    """Run verl's trainer to the end of the recipe; merge and describe the model it trained."""
+    check_verl_installed(cfg)
+    hardware = HardwareSettings.from_config(cfg)
+    model_dir = training_model(cfg, hardware.cpu)
+    played = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(model_dir)),
+                                 run_dir=str(run_dir))
+    plan, command = verl_command(played, manifest, run_dir, experiment, run_id)
+    resumed_from = discard_unsaved_steps(cfg, run_dir, run_id, Path(plan.paths.checkpoint_dir))
+    write_bridge_files(played, manifest, plan)
     folder = run_dir / "verl"
     (folder / "command.sh").write_text("#!/bin/sh\n" + shlex.join(command) + "\n")
     log_path = folder / "main_ppo.log"
-    print(f"verl: {plan.episodes_per_step} episodes/step on {plan.world_size} GPU(s), {plan.grpo.steps} steps; "
-          f"log {log_path}", flush=True)
+    where = f"{plan.world_size} CPU rank(s)" if hardware.cpu else f"{plan.world_size} GPU(s)"
+    print(f"verl: {plan.episodes_per_step} episodes/step on {where}, {plan.grpo.steps} steps"
+          f"{f', resuming after step {resumed_from}' if resumed_from else ''}; log {log_path}", flush=True)
     if not os.environ.get("RAY_ADDRESS"):
         print("verl: RAY_ADDRESS is not set; verl starts a Ray instance of its own on this node", file=sys.stderr)
+    environment = dict(os.environ)
+    if hardware.cpu:
+        environment |= cpu_environment(cfg.model.server.kv_cache_gib, hardware.cpus_per_node)
+    run_trainer(command, run_dir, environment, log_path)
+    checkpoints = Path(plan.paths.checkpoint_dir)
+    step = latest_verl_step(checkpoints)
+    final = merge_checkpoint(checkpoints, step, run_dir, environment) if step else None
+    trainer = {"name": "verl", "version": importlib.metadata.version("verl") if final else VERL_VERSION,
+               "checkpoint": str(checkpoints / f"global_step_{step}") if step else None,
+               "base_model": str(model_dir), "device": "cpu" if hardware.cpu else "cuda"}
+    return {"run_dir": str(run_dir), "trainer": "verl", "pool_hash": plan.pool_hash, "steps": plan.grpo.steps,
+            "trained_steps": step, "checkpoints": str(checkpoints), "final_model": str(final) if final else None,
+            "command": str(folder / "command.sh"), "log": str(log_path), "verl": trainer}
+
+
+def discard_unsaved_steps(cfg: Config, run_dir: Path, run_id: str, checkpoints: Path) -> int:
+    """Drop the stored episodes of the steps after verl's newest checkpoint; return that checkpoint's step.
+
+    verl resumes a killed run from its newest checkpoint and replays the steps after it, so the
+    episodes a killed process stored for those steps were never trained on."""
+    from tbx.store import open_store
+
+    step = latest_verl_step(checkpoints)
+    store = open_store(cfg.store.url, run_dir, run_id, "train", cfg.store.timeout_s, read_tries=False)
+    try:
+        store.discard_from(first_attempt_of(step))
+    finally:
+        store.close()
+    return step
+
+
+def run_trainer(command: list[str], run_dir: Path, environment: dict[str, str], log_path: Path) -> None:
+    """Run `command` in the run folder to the end, its output to the terminal and the log. The trainer
+    dies with this process (a SIGKILLed job leaves no verl driver behind; Ray's own daemons die with the
+    job's Ray node, tbx/launch/ray_cluster.py, or with the driver that started them)."""
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-    with log_path.open("a") as log, subprocess.Popen(command, cwd=run_dir, stdout=subprocess.PIPE,
-                                                     stderr=subprocess.STDOUT, text=True, bufsize=1) as process:
+    with log_path.open("a") as log, subprocess.Popen(command, cwd=run_dir, stdout=subprocess.PIPE, env=environment,
+                                                     stderr=subprocess.STDOUT, text=True, bufsize=1,
+                                                     preexec_fn=die_with_parent) as process:
         assert process.stdout is not None
         for line in process.stdout:
             log.write(line)
@@ -65,5 +167,20 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
         code = process.wait()
     if code != 0:
         raise InfraError(f"verl's trainer exited with status {code}; the end of {log_path}:\n" + "".join(tail))
-    return {"run_dir": str(run_dir), "trainer": "verl", "pool_hash": plan.pool_hash, "steps": plan.grpo.steps,
-            "checkpoints": plan.paths.checkpoint_dir, "command": str(folder / "command.sh"), "log": str(log_path)}
+
+
+def merge_checkpoint(checkpoints: Path, step: int, run_dir: Path, environment: dict[str, str]) -> Path:
+    """verl's own merger: the FSDP shards of `global_step_<step>/actor` as a Hugging Face folder in
+    `<run>/final_model` (replaced whole, so a killed merge leaves the previous folder)."""
+    actor = checkpoints / f"global_step_{step}" / "actor"
+    staging = run_dir / ".final_model.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    log_path = run_dir / "verl" / "merge.log"
+    command = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(actor),
+               "--target_dir", str(staging)]
+    with log_path.open("w") as log:
+        code = subprocess.run(command, cwd=run_dir, env=environment, stdout=log, stderr=subprocess.STDOUT,
+                              check=False).returncode
+    if code != 0:
+        raise InfraError(f"verl's model merger exited with status {code} on {actor}; see {log_path}")
+    return publish_folder(staging, run_dir / "final_model")

@@ -16,8 +16,10 @@ Choices that are ours, not verl's defaults:
   reference counts 50 *update* steps.
 - `clip_ratio_low/high` are set with `clip_ratio`: verl reads the low/high keys first, so
   setting `clip_ratio` alone would silently keep 0.2.
-- Zero-variance groups: verl's V1 sampler (`algorithm.filter_groups`) on the metric `acc`,
-  which the agent loop sets to the verdict (1/0) in `reward_extra_info`.
+- Zero-variance groups: verl's V1 sampler (its DAPO filter) on the metric `acc`, which the agent
+  loop sets to the verdict (1/0) in `reward_extra_info`, through tbx's subclass
+  (`tbx.verl_bridge.sampler`, verl's `custom_sampler` extension point) that stops replacing after
+  `max_replacements` a step as the native sampler does (verl's own never stops).
 - Errored episodes: the agent loop re-runs them itself (`max_error_retries`); an episode that
   still errors raises, V1 marks its group `failure`, and `sync_refill_failed_groups` replaces a
   group that has no trajectory left. verl's own validation is off: it counts a failed session
@@ -36,15 +38,18 @@ from typing import Any
 from tbx.config import Config
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
+from tbx.verl_bridge.cpu import RANKS_PER_NODE, cpu_overrides, is_cpu
 
 VERL_VERSION = "0.9.1"  # the one verl release the bridge is written and tested against
 AGENT_LOOP_NAME = "tbx_episode"  # `agent_name` of our rows and `default_agent_loop`
 AGENT_LOOP_TARGET = "tbx.verl_bridge.agent_loop.TbxEpisodeLoop"
 FILTER_METRIC = "acc"  # reward_extra_info key holding the verdict; zero variance of it = no signal
+SAMPLER_PATH, SAMPLER_NAME = "pkg://tbx.verl_bridge.sampler", "TbxReplayBuffer"
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")  # verl 0.9.1 workers/config/actor.py
 FINETUNES = ("full", "lora")
 _PLAIN = re.compile(r"[\w./:@+~-]+")  # override values Hydra reads unquoted
+_NOT_A_STRING = re.compile(r"(?i)[-+]?(\d[\d_]*(\.\d*)?(e[-+]?\d+)?|\.\d+|inf|nan)|true|false|null|none")
 _GRPO = "grpo settings"
 _HARDWARE = "hardware settings"
 
@@ -66,6 +71,7 @@ class GrpoSettings:
     lora_alpha: int = 32  # [model.lora_alpha]
     lora_target_modules: str = "all-linear"  # [model.target_modules]
     replace_zero_variance: bool = True  # replace all-0/all-1 groups by fresh ones [algorithm.filter_groups]
+    max_replacements: int = 18  # zero-variance replacements per step [trainer.v1.sampler.sampler_kwargs]
     max_prompt_tokens: int = 4096  # system prompt, tools, demonstrations, opening [data.max_prompt_length]
     max_response_tokens: int = 8192  # whole multi-turn response incl. tool/user tokens [data.max_response_length]
     max_error_retries: int = 2  # re-runs of an episode that ended in an error outcome (inside the agent loop)
@@ -82,15 +88,24 @@ class HardwareSettings:
     """Where training runs; verl keys in brackets."""
 
     nodes: int = 3  # [trainer.nnodes]
-    gpus_per_node: int = 8  # [trainer.n_gpus_per_node]
+    gpus_per_node: int = 8  # [trainer.n_gpus_per_node]; on CPU the training ranks per node
     # vLLM tensor parallelism per rollout replica [rollout.tensor_model_parallel_size]: a 27B model
     # in bf16 (~54 GB) must share an 80 GB H100 with the colocated trainer; 4 leaves room for KV cache.
     tensor_parallel_size: int = 4
+    cpu: bool = False  # no GPUs: verl runs with tbx's CPU platform (tbx/verl_bridge/cpu.py)
+    cpus_per_node: int = 2  # CPU only: cores of a node, for the Ray instance verl starts itself
+    ray_cluster: bool = False  # the job started a Ray cluster that verl joins (every executor but debug)
 
     @staticmethod
     def from_config(cfg: Config) -> HardwareSettings:
-        """From the `hardware` group (nodes, GPUs per node) and `model.tensor_parallel_size`."""
-        return HardwareSettings(cfg.hardware.nodes, cfg.hardware.gpus_per_node, cfg.model.tensor_parallel_size)
+        """From the `hardware` group (nodes, GPUs per node) and `model.tensor_parallel_size`; hardware
+        without GPUs trains on the CPU, one rank (and one rollout replica) per node."""
+        hw = cfg.hardware
+        ray_cluster = str(hw.executor) != "debug"
+        if is_cpu(hw.gpus_per_node):
+            return HardwareSettings(hw.nodes, RANKS_PER_NODE, 1, cpu=True, cpus_per_node=hw.cpus_per_task,
+                                    ray_cluster=ray_cluster)
+        return HardwareSettings(hw.nodes, hw.gpus_per_node, cfg.model.tensor_parallel_size, ray_cluster=ray_cluster)
 
 
 @dataclass(frozen=True)
@@ -103,6 +118,7 @@ class BridgePaths:
     tbx_config: str  # the resolved tbx config the agent loop rebuilds its episode world from
     manifest: str  # copy of the pool manifest the rows came from
     checkpoint_dir: str  # [trainer.default_local_dir]
+    rollout_dir: str  # every trained trajectory per step as verl scored it, JSONL [trainer.rollout_data_dir]
 
     @staticmethod
     def under(run_dir: str) -> BridgePaths:
@@ -111,7 +127,7 @@ class BridgePaths:
                            agent_loop_config=str(root / "verl" / "agent_loops.yaml"),
                            tbx_config=str(root / "verl" / "tbx_config.yaml"),
                            manifest=str(root / "verl" / "pool.json"),
-                           checkpoint_dir=str(root / "checkpoints"))
+                           checkpoint_dir=str(root / "checkpoints"), rollout_dir=str(root / "verl" / "rollouts"))
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,7 @@ class TrainPlan:
     total_epochs: int  # enough epochs that the pool never runs out before `steps`
     experiment: str  # W&B run name and checkpoint folder name
     paths: BridgePaths = field(default_factory=lambda: BridgePaths.under("."))
+    run_id: str = ""  # the run's identity: its rows in the results store
 
 
 def _require(condition: bool, source: str, name: str, problem: str, fix: str) -> None:
@@ -150,8 +167,8 @@ def validate_grpo(grpo: GrpoSettings) -> None:
     _require(0 < grpo.clip_ratio < 1, _GRPO, "clip_ratio", f"is {grpo.clip_ratio}", "use a value in (0, 1), "
              "typically 0.2")
     _require(grpo.kl_coef >= 0, _GRPO, "kl_coef", f"is {grpo.kl_coef}", "use a value >= 0 (0 turns KL off)")
-    _require(grpo.max_error_retries >= 0, _GRPO, "max_error_retries", f"is {grpo.max_error_retries}",
-             "use a value >= 0")
+    for name in ("max_error_retries", "max_replacements"):
+        _require(getattr(grpo, name) >= 0, _GRPO, name, f"is {getattr(grpo, name)}", "use a value >= 0")
     _require(grpo.loss_agg_mode in LOSS_AGG_MODES, _GRPO, "loss_agg_mode", f"'{grpo.loss_agg_mode}' is unknown",
              f"use one of {list(LOSS_AGG_MODES)} (the reference uses token-mean)")
 
@@ -187,7 +204,7 @@ def validate_manifest(manifest: PoolManifest) -> tuple[str, int, str]:
 
 
 def plan_training(manifest: PoolManifest, run_dir: str, experiment: str, grpo: GrpoSettings | None = None,
-                  hardware: HardwareSettings | None = None) -> TrainPlan:
+                  hardware: HardwareSettings | None = None, run_id: str = "") -> TrainPlan:
     """Validate the settings against each other and the pool; derive sizes and paths."""
     grpo, hardware = grpo or GrpoSettings(), hardware or HardwareSettings()
     validate_grpo(grpo)
@@ -209,7 +226,7 @@ def plan_training(manifest: PoolManifest, run_dir: str, experiment: str, grpo: G
         rollout_replicas=world // hardware.tensor_parallel_size, steps_per_epoch=steps_per_epoch,
         # verl stops at `total_epochs` even before `total_training_steps`; one spare epoch.
         total_epochs=math.ceil(grpo.steps / steps_per_epoch) + 1,
-        experiment=experiment, paths=BridgePaths.under(run_dir),
+        experiment=experiment, paths=BridgePaths.under(run_dir), run_id=run_id,
     )
 
 
@@ -217,12 +234,15 @@ def _value(value: Any) -> str:
     """A Hydra override value: booleans as True/False, lists in brackets, floats exact, odd strings quoted."""
     if isinstance(value, bool):
         return str(value)
+    if value is None:
+        return "null"
     if isinstance(value, list | tuple):
         return "[" + ",".join(_value(v) for v in value) + "]"
     if isinstance(value, float):
         return repr(value)
     text = str(value)
-    if isinstance(value, str) and not _PLAIN.fullmatch(text):  # spaces, quotes, commas...: quote it
+    # spaces, quotes, commas...; or a string Hydra would read as a number, boolean or null: quote it
+    if isinstance(value, str) and (not _PLAIN.fullmatch(text) or _NOT_A_STRING.fullmatch(text)):
         return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return text
 
@@ -235,6 +255,9 @@ def verl_overrides(cfg: Config, manifest: PoolManifest, plan: TrainPlan | None =
     _require(bool(cfg.model.path), "config", "model.path", "is not set; verl loads a Hugging Face model folder",
              "set model.path=/path/to/model (the same weights the pool was probed with)")
     pairs = _algorithm_and_data(cfg, plan) + _actor_and_model(cfg, plan) + _rollout(cfg, plan) + _trainer(cfg, plan)
+    hw = plan.hardware
+    if hw.cpu:
+        pairs += cpu_overrides(hw.cpus_per_node, hw.nodes, hw.ray_cluster, cfg.model.server.kv_cache_gib)
     return [f"{key}={_value(value)}" for key, value in pairs]
 
 
@@ -307,10 +330,16 @@ def _trainer(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
         ("trainer.use_v1", True),
         ("trainer.v1.trainer_mode", "sync"),
         ("trainer.v1.sampler.sync_refill_failed_groups", True),
+        ("trainer.v1.sampler.custom_sampler.path", SAMPLER_PATH),
+        ("trainer.v1.sampler.custom_sampler.name", SAMPLER_NAME),
+        ("+trainer.v1.sampler.sampler_kwargs.metric", FILTER_METRIC if g.replace_zero_variance else None),
+        ("+trainer.v1.sampler.sampler_kwargs.max_replacements", g.max_replacements),
+        ("+trainer.v1.sampler.sampler_kwargs.train_batch_size", g.groups_per_step),
         ("trainer.logger", ["console", "wandb"] if cfg.logger.kind == "wandb" else ["console"]),
         ("trainer.project_name", cfg.logger.project),
         ("trainer.experiment_name", plan.experiment),
         ("trainer.default_local_dir", plan.paths.checkpoint_dir),
+        ("trainer.rollout_data_dir", plan.paths.rollout_dir),  # what each step trained on, with verl's scores
         ("trainer.save_freq", g.save_every),
         ("trainer.resume_mode", "auto"),
         ("trainer.val_before_train", False),  # checkpoints are evaluated by tbx's eval stage
@@ -318,8 +347,9 @@ def _trainer(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
     ]
 
 
-def agent_loop_entries(paths: BridgePaths, grpo: GrpoSettings, prompt_style: str = "tbx") -> list[dict[str, Any]]:
+def agent_loop_entries(plan: TrainPlan, prompt_style: str = "tbx") -> list[dict[str, Any]]:
     """The YAML list verl reads from `agent_loop_config_path`: our loop and its init arguments."""
-    return [{"name": AGENT_LOOP_NAME, "_target_": AGENT_LOOP_TARGET, "tbx_config_path": paths.tbx_config,
-             "max_error_retries": grpo.max_error_retries, "prompt_style": prompt_style,
+    return [{"name": AGENT_LOOP_NAME, "_target_": AGENT_LOOP_TARGET, "tbx_config_path": plan.paths.tbx_config,
+             "run_dir": plan.paths.run_dir, "run_id": plan.run_id,
+             "max_error_retries": plan.grpo.max_error_retries, "prompt_style": prompt_style,
              "stop_after_tool_call": True}]

@@ -105,6 +105,19 @@ class TokenTrace:
     generations: int = 0
     generate_seconds: float = 0.0
     num_preempted: int = 0
+    # weight versions (verl's global steps) that generated the stream: the first turn's earliest and the
+    # last turn's latest, as verl's server reports them per call; verl's V1 trainer reads both
+    min_weight_step: int | None = None
+    max_weight_step: int | None = None
+
+    def record_weights(self, extra: Mapping[str, Any] | None) -> None:
+        """Note the weight versions a generate call reported (`TokenOutput.extra_fields`)."""
+        extra = extra or {}
+        low, high = extra.get("min_global_steps"), extra.get("max_global_steps")
+        if low is not None and self.min_weight_step is None:
+            self.min_weight_step = int(low)
+        if high is not None:
+            self.max_weight_step = int(high)
 
     def append(self, ids: Sequence[int], generated: bool, logprobs: Sequence[float] | None = None) -> None:
         self.response_ids.extend(ids)
@@ -195,6 +208,7 @@ class TokenAgent(Agent):
         logprobs = getattr(output, "log_probs", None)
         trace.append(tokens, generated=True, logprobs=None if logprobs is None else list(logprobs)[:len(tokens)])
         trace.generations += 1
+        trace.record_weights(getattr(output, "extra_fields", None))
         trace.num_preempted += getattr(output, "num_preempted", None) or 0
         if len(trace.response_ids) >= self.limits.response:
             trace.exhausted = True

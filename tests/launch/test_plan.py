@@ -117,7 +117,11 @@ def test_describe_lists_what_will_run():
     assert "stage=probe on slurm (hardware=slurm_a100x8)" in text
     assert "tensor parallel 2 -> 4 vLLM replica(s)" in text and "an array of 4 jobs" in text
     ray = make_plan(compose_cfg(*VERL, "hardware=slurm_h100_3x8")).describe()
-    assert "head on rank 0 + 2 worker(s), 8 GPU(s) each" in ray and "144 episodes per step over 24" in ray
+    assert "head on rank 0 + 2 worker(s), 8 GPU(s) and 96 CPU slot(s) each" in ray
+    assert "144 episodes per step over 24" in ray
+    cpu = make_plan(compose_cfg(*VERL, "hardware=local_jobs", "grpo.groups_per_step=2", "grpo.group_size=4"))
+    assert (cpu.ray_nodes, cpu.ray_gpus, cpu.ray_cpus) == (1, 1, 16)  # verl on CPU: one fake GPU, 16 slots
+    assert "1 GPU(s) (fake: verl on CPU) and 16 CPU slot(s)" in cpu.describe()
 
 
 def test_where_a_run_runs_is_not_part_of_its_identity():

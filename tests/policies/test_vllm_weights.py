@@ -9,7 +9,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tbx.vllm_weights import HEAD_FILE, save_for_reload, serving_folder, ties_embeddings, weights_fingerprint
+from tbx.vllm_weights import (HEAD_FILE, save_for_reload, serving_folder, ties_embeddings, untied_copy,
+                              weights_fingerprint)
 
 
 @pytest.fixture
@@ -37,6 +38,18 @@ def test_a_tied_model_is_served_from_an_untied_copy_with_its_head(tied, tmp_path
     LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
                                  num_attention_heads=2, num_key_value_heads=2)).save_pretrained(untied)
     assert serving_folder(untied, tmp_path / "cache", "u@1") == untied  # served as it is
+
+
+def test_the_untied_copy_a_trainer_loads_keeps_the_models_head(tied, tmp_path):
+    """verl loads the model itself with transformers: from the serving copy it would get a fresh random
+    head (transformers reads only model.safetensors), train it and sync it into vLLM."""
+    model, folder = tied
+    loaded = LlamaForCausalLM.from_pretrained(untied_copy(folder, tmp_path / "hf", "tiny@abc"))
+    assert not loaded.config.tie_word_embeddings
+    assert torch.equal(loaded.get_output_embeddings().weight, model.get_input_embeddings().weight.detach())
+    ids = torch.tensor([[1, 5, 7, 9]])
+    assert torch.allclose(loaded(ids).logits, model(ids).logits, atol=1e-6)  # the same function
+    assert untied_copy(folder, tmp_path / "hf", "tiny@abc") == tmp_path / "hf" / "tiny-abc"  # made once
 
 
 def test_a_trained_tied_module_is_written_with_its_head_and_a_sharded_one_indexed(tied, tmp_path):

@@ -1,7 +1,7 @@
 """Our GRPO math gives verl 0.9.1's numbers on the same random tensors.
 
-verl is not in the project venv (it pins transformers < 5.11); these tests run in the separate
-`.venv-verl` that `scripts/setup_verl_check.sh` builds, and skip elsewhere. Compared: the GRPO
+verl is not in tbx's .venv; these tests (marker `verl`) run in .venv-vllm, the venv of vLLM's CPU
+build and verl's trainer (scripts/setup_vllm.sh), where scripts/test.sh runs them. Compared: the GRPO
 advantage, every loss aggregation mode, the vanilla (dual-clip) policy loss with its metrics and
 gradients, both KL estimators, and the actor's total loss as verl's `ppo_loss` composes it.
 The one documented departure (a group of one gets advantage 0) is asserted as such.
@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+pytestmark = pytest.mark.verl
+
 core = pytest.importorskip(
     "verl.trainer.ppo.core_algos",
-    reason="verl is not installed in this venv: run `bash scripts/setup_verl_check.sh` to check parity "
-           "in .venv-verl (verl 0.9.1 + torch CPU)")
+    reason="verl is not installed in this venv: scripts/test.sh runs the verl tests in .venv-vllm")
 actor_config = pytest.importorskip("verl.workers.config", reason="verl.workers.config did not import")
 
 from tbx.rl.grpo import (  # noqa: E402  (after the skip, so the module imports only where verl does)

@@ -69,6 +69,7 @@ class Output:
     log_probs: list[float] | None = None
     stop_reason: str | None = "completed"
     num_preempted: int | None = 0
+    extra_fields: dict[str, Any] | None = None
 
 
 class ScriptedServer:
@@ -78,6 +79,7 @@ class ScriptedServer:
     def __init__(self, tokenizer: Any, scripts: dict[str, list[str]], logprob: float = -0.5, output_cls: Any = Output):
         self.tokenizer, self.scripts = tokenizer, scripts  # scripts: opening message -> assistant texts in order
         self.logprob, self.output_cls = logprob, output_cls
+        self.weight_step = 0  # the weight version reported with every output, as verl's server does
         self.requests: list[dict[str, Any]] = []
         self.outputs: list[list[int]] = []
         self._turns: dict[str, int] = defaultdict(int)
@@ -98,7 +100,8 @@ class ScriptedServer:
         self.requests.append({"request_id": request_id, "prompt_ids": list(prompt_ids), "params": sampling_params})
         self.outputs.append(ids)
         return self.output_cls(token_ids=ids, log_probs=[self.logprob] * len(ids), stop_reason="completed",
-                               num_preempted=0)
+                               num_preempted=0, extra_fields={"min_global_steps": self.weight_step,
+                                                              "max_global_steps": self.weight_step})
 
     def _emit(self, text: str, stops: list[str]) -> list[int]:
         """Token ids vLLM would return: cut at the token completing a stop string, else end-of-turn."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-verl = pytest.importorskip("verl", reason="verl is not installed: run these in a venv with tbx's [verl] extra")
+verl = pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -30,6 +30,7 @@ from tbx.config import BackendConfig, Config, ModelConfig, TasksConfig  # noqa: 
 from tbx.domains import get_domain  # noqa: E402
 from tbx.errors import UserSimError  # noqa: E402
 from tbx.records import PoolManifest, PoolTask  # noqa: E402
+from tbx.store.training import STEP_STRIDE  # noqa: E402
 from tbx.tasks import load_task  # noqa: E402
 from tbx.verl_bridge import VERL_VERSION, GrpoSettings, HardwareSettings, plan_training, verl_overrides  # noqa: E402
 from tbx.verl_bridge.agent_loop import TbxEpisodeLoop  # noqa: E402
@@ -37,7 +38,7 @@ from tbx.verl_bridge.data import write_bridge_files  # noqa: E402
 from tbx.verl_bridge.episode import EpisodeErrored, world_for  # noqa: E402
 from tests.verl_bridge.fakes import ScriptedServer, oracle_texts, tiny_tokenizer  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.verl]
 MOCK = get_domain("mock")
 TASKS = [load_task(data, "mock", MOCK.policy) for data in MOCK.generate_tasks(0)]
 GROUP = 2  # rollout.n
@@ -68,7 +69,7 @@ def setup(tmp_path_factory):
                             kept=tuple(t.id for t in TASKS),
                             tasks=tuple(PoolTask(t.id, "mock", t.family, band="medium") for t in TASKS))
     grpo = GrpoSettings(group_size=GROUP, groups_per_step=3, max_prompt_tokens=8192, max_response_tokens=4096)
-    plan = plan_training(manifest, str(root / "run"), "test", grpo, HardwareSettings(1, 2, 1))
+    plan = plan_training(manifest, str(root / "run"), "test", grpo, HardwareSettings(1, 2, 1), run_id="verltest")
     write_bridge_files(cfg, manifest, plan)
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -142,6 +143,43 @@ def test_loop_output_becomes_verls_reward_tensor(setup):
     assert [getattr(v, "data", v)["reward_extra_info"]["acc"] for v in stored["extra_fields"]] == [1.0, 1.0]
 
 
+def test_outputs_carry_the_weight_versions_verls_v1_trainer_reads(setup):
+    """AgentLoopWorkerTQ tags each trajectory with extra_fields' min/max_global_steps, and the V1 trainer
+    takes int() of both after the first update (trainer_base.py); None there was a TypeError."""
+    server = scripted_server(setup["tokenizer"])
+    server.weight_step = 3
+
+    async def go():
+        return await make_loop(setup, server).run({"temperature": 1.0}, **row_kwargs(TASKS[0].id, session_id=1))
+
+    out = asyncio.run(go())
+    tags = [{"min_global_steps": out.extra_fields.get("min_global_steps"),
+             "max_global_steps": out.extra_fields.get("max_global_steps")}]  # as agent_loop_tq.py builds them
+    assert np.array([t["min_global_steps"] for t in tags], dtype=int).tolist() == [3]
+    assert np.array([t["max_global_steps"] for t in tags], dtype=int).tolist() == [3]
+
+
+def test_every_episode_is_stored_with_its_verdict(setup):
+    from tbx.store import open_store
+
+    server = scripted_server(setup["tokenizer"])
+    plan = setup["plan"]
+
+    async def go():
+        loop = make_loop(setup, server)
+        kwargs = row_kwargs(TASKS[1].id, session_id=1) | {"global_steps": 4, "uid": "u-stored"}
+        return await loop.run({"temperature": 1.0}, **kwargs)
+
+    out = asyncio.run(go())
+    store = open_store(None, Path(plan.paths.run_dir), plan.run_id, "train")
+    try:
+        mine = [r for r in store.records if r["task_id"] == TASKS[1].id and r["attempt"] >= 3 * STEP_STRIDE]
+    finally:
+        store.close()
+    assert [(r["attempt"], r["outcome"], r["reward"]) for r in mine] == [(3 * STEP_STRIDE + 1, "success", 1.0)]
+    assert out.reward_score == mine[0]["reward"] and out.extra_fields["tbx"]["seed"] == mine[0]["seed"]
+
+
 def make_loop(setup, server) -> TbxEpisodeLoop:
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
@@ -149,7 +187,8 @@ def make_loop(setup, server) -> TbxEpisodeLoop:
     return TbxEpisodeLoop(trainer_config=DictConfigWrap(config), server_manager=server, tokenizer=setup["tokenizer"],
                           processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
                           hf_model_type="llama", tools=ToolListWrap([]),
-                          tbx_config_path=setup["plan"].paths.tbx_config, max_error_retries=1)
+                          tbx_config_path=setup["plan"].paths.tbx_config, max_error_retries=1,
+                          run_dir=setup["plan"].paths.run_dir, run_id=setup["plan"].run_id)
 
 
 def row_kwargs(task_id: str, session_id: int = 0) -> dict:

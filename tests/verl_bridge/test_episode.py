@@ -99,6 +99,23 @@ def test_oracle_episode_is_rewarded_and_its_token_stream_is_what_verl_needs(worl
     assert tok.decode(trace.prompt_ids + trace.response_ids) + "\n<|im_start|>assistant\n" == expected
 
 
+def test_the_trace_keeps_the_weight_versions_that_generated_it(world):
+    # verl's V1 trainer reads min/max_global_steps of every trajectory (trainer_base.py: int(...) of each);
+    # a multi-turn episode spans the versions of its first and its last generate call
+    server = oracle_server(world)
+    original = server.generate
+
+    async def newer_weights_each_turn(*args, **kwargs):
+        output = await original(*args, **kwargs)
+        server.weight_step += 1
+        return output
+
+    server.generate = newer_weights_each_turn
+    server.weight_step = 5
+    trace = play(world, server).trace
+    assert (trace.min_weight_step, trace.max_weight_step) == (5, 8)  # 4 turns at versions 5, 6, 7, 8
+
+
 def test_generated_end_of_turn_is_not_repeated_by_the_context(world):
     episode = play(world, oracle_server(world))
     eot = tiny_tokenizer().convert_tokens_to_ids(END_OF_TURN)

@@ -96,9 +96,43 @@ def test_hardware_comes_from_the_hardware_group_and_the_model():
     cfg = reference_config()
     cfg.hardware.nodes, cfg.hardware.gpus_per_node, cfg.model.tensor_parallel_size = 3, 8, 2
     assert HardwareSettings.from_config(cfg) == HardwareSettings(nodes=3, gpus_per_node=8, tensor_parallel_size=2)
-    cfg.hardware.gpus_per_node = 0  # the CPU default: refused for training, with the field named
-    with pytest.raises(ConfigError, match="gpus_per_node"):
-        plan_training(manifest(), RUN_DIR, "x", hardware=HardwareSettings.from_config(cfg))
+    cfg.hardware.gpus_per_node, cfg.hardware.cpus_per_task = 0, 2  # no GPUs: verl on the CPU, a rank per node
+    assert HardwareSettings.from_config(cfg) == HardwareSettings(nodes=3, gpus_per_node=1, tensor_parallel_size=1,
+                                                                  cpu=True, cpus_per_node=2)
+    plan = plan_training(manifest(), RUN_DIR, "x", GrpoSettings(groups_per_step=3), HardwareSettings.from_config(cfg))
+    assert (plan.world_size, plan.episodes_per_gpu, plan.rollout_replicas) == (3, 8, 3)
+
+
+def cpu_overrides_for(nodes: int = 1, executor: str = "debug") -> list[str]:
+    """The reference recipe on hardware without GPUs (2 groups x 4 episodes, a CPU-sized step)."""
+    cfg = reference_config()
+    cfg.hardware.nodes, cfg.hardware.gpus_per_node, cfg.hardware.cpus_per_task = nodes, 0, 2
+    cfg.hardware.executor = executor
+    pool = manifest()
+    grpo = GrpoSettings(group_size=4, groups_per_step=2)
+    return verl_overrides(cfg, pool, plan_training(pool, RUN_DIR, "train-reference", grpo,
+                                                   HardwareSettings.from_config(cfg)))
+
+
+def test_the_cpu_delta_is_pinned_and_touches_nothing_of_the_recipe():
+    # hardware without GPUs changes the hardware keys (a rank per node, tensor parallel 1) and adds the
+    # CPU delta of tbx/verl_bridge/cpu.py; every key of the recipe (algorithm, optimizer, sampler) is kept
+    gpu = verl_overrides(reference_config(), manifest(), plan_training(
+        manifest(), RUN_DIR, "train-reference", GrpoSettings(group_size=4, groups_per_step=2),
+        HardwareSettings(nodes=1, gpus_per_node=1, tensor_parallel_size=1)))
+    cpu = cpu_overrides_for()
+    assert cpu[:len(gpu)] == gpu  # the same list, then the delta
+    check_golden("cpu_delta", cpu[len(gpu):])
+    assert "+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls=" \
+           "tbx.verl_bridge.vllm_cpu.CpuReloadExtension" in cpu and "trainer.device=cpu" in cpu
+    # verl joining the job's Ray cluster (local and Slurm executors): the head advertises the fake GPUs
+    joined = cpu_overrides_for(executor="local")
+    assert set(cpu) - set(joined) == {"+ray_kwargs.ray_init.num_gpus=1", "ray_kwargs.ray_init.num_cpus=16",
+                                      "+ray_kwargs.ray_init.include_dashboard=False",
+                                      "+ray_kwargs.ray_init.object_store_memory=1073741824"}
+    two_nodes = cpu_overrides_for(nodes=2, executor="slurm")
+    assert {"trainer.nnodes=2", "trainer.n_gpus_per_node=1"} <= set(two_nodes)
+    assert not any(item.startswith(("+ray_kwargs.ray_init.num", "ray_kwargs.ray_init.num")) for item in two_nodes)
 
 
 def test_pool_checks():
@@ -145,8 +179,8 @@ def test_pool_rows_and_bridge_files(tmp_path):
     assert len(lines) == 40 and json.loads(lines[0])["agent_name"] == "tbx_episode"
     entries = yaml.safe_load(Path(plan.paths.agent_loop_config).read_text())
     assert entries == [{"name": "tbx_episode", "_target_": "tbx.verl_bridge.agent_loop.TbxEpisodeLoop",
-                        "tbx_config_path": plan.paths.tbx_config, "max_error_retries": 2, "prompt_style": "tbx",
-                        "stop_after_tool_call": True}]
+                        "tbx_config_path": plan.paths.tbx_config, "run_dir": str(tmp_path), "run_id": "",
+                        "max_error_retries": 2, "prompt_style": "tbx", "stop_after_tool_call": True}]
     loaded = load_config(plan.paths.tbx_config)  # the workers rebuild the same typed config
     assert (loaded.model.path, loaded.tasks, loaded.user, loaded.pool) == (cfg.model.path, cfg.tasks, cfg.user, cfg.pool)
     assert "${" not in loaded.backend.workdir + loaded.model.cache_dir  # interpolations resolved on load
@@ -154,7 +188,7 @@ def test_pool_rows_and_bridge_files(tmp_path):
 
 
 def _compose_with_verl(overrides: list[str]):
-    verl = pytest.importorskip("verl", reason="verl is not installed (pip install -e '.[verl]' in a separate venv)")
+    verl = pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
     from hydra import compose, initialize_config_dir
 
     assert verl.__version__ == VERL_VERSION
@@ -164,6 +198,7 @@ def _compose_with_verl(overrides: list[str]):
 
 
 @pytest.mark.slow
+@pytest.mark.verl
 def test_overrides_compose_with_verls_config_and_pass_its_validation():
     composed = _compose_with_verl(overrides_for("full"))  # an unknown key would fail here
     from verl.trainer.main_ppo import need_critic, need_reference_policy

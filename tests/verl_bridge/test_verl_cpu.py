@@ -1,0 +1,278 @@
+"""verl 0.9.1's real trainer trains on tbx episodes on this CPU machine (marker `verl`: .venv-vllm).
+
+Nothing of verl is replaced: `launch.py stage=train grpo.trainer=verl` → plan → a submitit job →
+its Ray head → `python -m verl.trainer.main_ppo` with tbx's overrides, the CPU platform and the vLLM
+extension of tbx/verl_bridge, vLLM's CPU build serving SmolLM2-135M inside verl's workers, an FSDP2
+actor over gloo, tbx's agent loop playing the pool's tasks (per-episode SQLite database, MCP session,
+scripted user) with injected tool and user faults. The run is SIGKILLed (the job's whole process
+group) once step 1's checkpoint is written and step 2 has started, and the same command is run
+again; then verl's merger writes the final model and tbx evaluates it.
+
+One run serves every test of the module (about a quarter of an hour on 2 cores). Each test reads
+what the run left: the results store, verl's per-step rollout dump (`verl/rollouts/<step>.jsonl`:
+every trajectory verl trained on, with the score it trained on) and verl's log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
+
+from tbx.store.training import STEP_STRIDE, step_of  # noqa: E402
+from tbx.verl_bridge.episode import episode_seed  # noqa: E402
+
+pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration]
+ROOT = Path(__file__).resolve().parents[2]
+# two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
+POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0-00")
+GROUP, GROUPS, STEPS, RETRIES = 4, 2, 2, 2
+RUN_TIMEOUT_S = 2400.0  # one start of the run, on a loaded 2-core machine
+ERRORS = ("infra_error", "user_sim_error", "verifier_error")
+
+
+def write_pool(path: Path) -> Path:
+    """The pool manifest stage=select would write for two easy training tasks."""
+    from tbx.config import TasksConfig, plain
+    from tbx.records import PoolManifest, PoolTask
+
+    tasks = plain(TasksConfig(name="train_sample", domains=["helpdesk", "hr_payroll", "clinic"], split="train",
+                              families=["set_priority_easy", "close_ticket_easy", "cancel_leave_easy",
+                                        "withdraw_expense_easy", "cancel_appointment_easy", "check_in_easy"],
+                              per_family=2))
+    manifest = PoolManifest(kept=tuple(sorted(POOL)), pool={"name": "full_param", "finetune": "full"},
+                            tasks=tuple(PoolTask(t, t.split("/")[0], t.split("/")[1], band="medium", kept=True)
+                                        for t in sorted(POOL)),
+                            probe_settings={"tasks": tasks}).sealed()
+    path.write_text(json.dumps(manifest.to_dict(), indent=2))
+    return path
+
+
+def train_command(root: Path, pool: Path) -> list[str]:
+    return [sys.executable, str(ROOT / "launch.py"), "stage=train", "grpo.trainer=verl", f"train.pool={pool}",
+            "grpo=cpu_small", f"grpo.groups_per_step={GROUPS}", f"grpo.group_size={GROUP}", f"grpo.steps={STEPS}",
+            "grpo.save_every=1", "grpo.max_replacements=1", "model.max_new_tokens=96", f"grpo.max_error_retries={RETRIES}",
+            "grpo.max_prompt_tokens=1536", "grpo.max_response_tokens=640", "eval.max_turns=3",
+            "faults.tool=0.2", "faults.user=0.05", "faults.hang=0", "hardware=local_jobs",
+            f"out_root={root / 'out'}", f"launcher.folder={root / 'jobs'}", "logger=none"]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run_dir_of(root: Path) -> Path | None:
+    found = sorted((root / "out").glob("train-*"))
+    return found[0] if found else None
+
+
+def step2_started(root: Path) -> bool:
+    """Step 1's checkpoint is complete and an episode of step 2 is stored."""
+    run = run_dir_of(root)
+    if run is None or not (run / "checkpoints" / "latest_checkpointed_iteration.txt").is_file():
+        return False
+    if (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() != "1":
+        return False
+    with sqlite3.connect(run / "results.sqlite", timeout=30) as conn:
+        return conn.execute("select count(*) from attempts where attempt >= ?", (STEP_STRIDE,)).fetchone()[0] > 0
+
+
+def wait_for(condition, process: subprocess.Popen, timeout_s: float, what: str, log: Path) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            pytest.fail(f"the run ended ({process.returncode}) before {what}:\n{tail(log)}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"no {what} within {timeout_s:.0f} s:\n{tail(log)}")
+        time.sleep(2.0)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no {path})"
+
+
+def run_processes(run: Path) -> list[int]:
+    """Processes of this run still alive (verl's driver, Ray daemons of its session, vLLM)."""
+    out = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True, check=False).stdout
+    return [int(pid) for pid in out.split() if int(pid) != os.getpid()]
+
+
+@pytest.fixture(scope="module")
+def verl_run(tmp_path_factory):
+    """The run: started, SIGKILLed inside step 2, started again to the end; then merged and evaluated."""
+    root = tmp_path_factory.mktemp("verl-cpu")
+    pool = write_pool(root / "pool.json")
+    command, log = train_command(root, pool), root / "first.log"
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    with log.open("w") as out:
+        first = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        try:
+            wait_for(lambda: step2_started(root), first, RUN_TIMEOUT_S, "episode of step 2", log)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)  # launch.py, the submitit job, verl's driver: the job's group
+            first.wait()
+    timings["until_killed_s"] = time.monotonic() - started
+    run = run_dir_of(root)
+    assert run is not None
+    deadline = time.monotonic() + 120  # Ray's daemons die with the job's Ray node (parent-death signal)
+    while run_processes(run) and time.monotonic() < deadline:
+        time.sleep(1.0)
+    left = run_processes(run)
+    before_resume = stored_rows(run)
+    started = time.monotonic()
+    second = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True,
+                            timeout=RUN_TIMEOUT_S)
+    timings["resumed_run_s"] = time.monotonic() - started
+    (root / "second.log").write_text(second.stdout + second.stderr)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    return {"root": root, "run": run, "left_after_kill": left, "before_resume": before_resume,
+            "second": second.stdout + second.stderr, "timings": timings}
+
+
+def stored_rows(run: Path) -> list[dict]:
+    with sqlite3.connect(run / "results.sqlite", timeout=30) as conn:
+        return [json.loads(blob) for (blob,) in conn.execute("select record from attempts order by attempt, try_index")]
+
+
+def rollouts(run: Path) -> dict[int, list[dict]]:
+    """verl's dump of what each step trained on: {step: [{uid, gts (task id), score, ...}]}."""
+    return {int(path.stem): [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            for path in (run / "verl" / "rollouts").glob("*.jsonl")}
+
+
+def step_metrics(log_text: str) -> dict[int, dict[str, float]]:
+    """verl's console metrics per step (`step:N - key:value - ...`)."""
+    metrics: dict[int, dict[str, float]] = {}
+    for line in log_text.splitlines():
+        match = re.search(r"step:(\d+) - (.*)", line)
+        if not match:
+            continue
+        values = {}
+        for pair in match.group(2).split(" - "):
+            key, _, value = pair.partition(":")
+            try:
+                values[key.strip()] = float(value)
+            except ValueError:
+                continue
+        metrics[int(match.group(1))] = values
+    return metrics
+
+
+def test_the_killed_run_resumed_from_its_checkpoint_and_finished(verl_run):
+    run = verl_run["run"]
+    assert verl_run["left_after_kill"] == []  # nothing of the killed job outlived it
+    summary = json.loads((run / "train.json").read_text())
+    assert summary["trained_steps"] == STEPS and summary["trainer"] == "verl"
+    assert (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() == str(STEPS)
+    assert "resuming after step 1" in verl_run["second"]  # the launcher found verl's checkpoint
+    assert {p.name for p in (run / "checkpoints").iterdir() if p.is_dir()} >= {"global_step_1", "global_step_2"}
+
+
+def test_no_episode_is_stored_twice_for_a_step(verl_run):
+    rows = stored_rows(verl_run["run"])
+    keys = Counter((r["task_id"], r["attempt"], r["try"]) for r in rows)
+    assert max(keys.values()) == 1
+    # the killed process's step-2 episodes were discarded before verl replayed step 2
+    killed_step2 = {(r["task_id"], r["seed"]) for r in verl_run["before_resume"] if step_of(r["attempt"]) == 1}
+    kept_step2 = {(r["task_id"], r["seed"]) for r in rows if step_of(r["attempt"]) == 1}
+    assert killed_step2 and not killed_step2 & kept_step2
+    step1_before = [r for r in verl_run["before_resume"] if step_of(r["attempt"]) == 0]
+    assert step1_before == [r for r in rows if step_of(r["attempt"]) == 0]  # the checkpointed step stays as it was
+
+
+def _joined(verl_run) -> list[tuple[dict, dict]]:
+    """Each trajectory verl trained on, with the stored try that produced it (the try's seed is derived
+    from verl's prompt uid, its session and the try index: tbx.verl_bridge.episode.episode_seed)."""
+    rows = stored_rows(verl_run["run"])
+    by_seed = defaultdict(list)
+    for row in rows:
+        by_seed[(row["task_id"], row["seed"])].append(row)
+    joined = []
+    for step, samples in rollouts(verl_run["run"]).items():
+        for sample in samples:
+            uid, session, _ = sample["uid"].rsplit("_", 2)
+            found = [row for t in range(RETRIES + 1)
+                     for row in by_seed[(sample["gts"], episode_seed(uid, int(session), t))]
+                     if step_of(row["attempt"]) == step - 1]
+            assert len(found) >= 1, f"step {step}: no stored try for {sample['uid']} ({sample['gts']})"
+            verdicts = [row for row in found if row["outcome"] not in ERRORS]
+            assert len(verdicts) == 1, f"step {step}: {len(verdicts)} verdict tries for {sample['uid']}"
+            joined.append((sample, verdicts[0]))
+    return joined
+
+
+def test_verl_trained_on_the_verdicts_tbx_stored(verl_run):
+    joined = _joined(verl_run)
+    steps = rollouts(verl_run["run"])
+    assert sorted(steps) == list(range(1, STEPS + 1))
+    for samples in steps.values():
+        # groups_per_step groups, each with its sessions that ended in a verdict (a session whose every try
+        # errored leaves its group one trajectory short)
+        assert len({s["uid"].rsplit("_", 2)[0] for s in samples}) == GROUPS
+        assert len(samples) <= GROUPS * GROUP and {s["gts"] for s in samples} <= set(POOL)
+    assert joined and all(sample["score"] == row["reward"] for sample, row in joined)
+    assert all(row["reward"] in (0.0, 1.0) for _, row in joined)
+
+
+def test_error_episodes_are_rerun_never_trained_on_and_never_scored(verl_run):
+    rows = stored_rows(verl_run["run"])
+    errors = [r for r in rows if r["outcome"] in ERRORS]
+    assert errors, "the injected faults hit no episode: the check would be empty"
+    assert all(r["reward"] is None for r in errors)
+    trained_seeds = {(row["task_id"], row["seed"]) for _, row in _joined(verl_run)}
+    assert not trained_seeds & {(r["task_id"], r["seed"]) for r in errors}
+    retried = [r for r in errors if any(o["task_id"] == r["task_id"] and o["attempt"] == r["attempt"]
+                                        and o["try"] == r["try"] + 1 for o in rows)]
+    assert retried  # an errored try was played again under the same attempt
+
+
+def test_each_step_updated_the_model_and_synced_it_into_vllm(verl_run):
+    log_text = (verl_run["run"] / "verl" / "main_ppo.log").read_text(errors="replace")
+    metrics = step_metrics(log_text)
+    assert set(metrics) >= set(range(1, STEPS + 1)), sorted(metrics)
+    for step, samples in rollouts(verl_run["run"]).items():
+        groups = defaultdict(list)
+        for sample in samples:
+            groups[sample["uid"].rsplit("_", 2)[0]].append(sample["score"])
+        signal_groups = sum(len(set(scores)) > 1 for scores in groups.values())
+        grad = metrics[step]["actor/grad_norm"]
+        # a step with a group of mixed verdicts has a gradient; one of only zero-variance groups has none
+        assert (grad > 0) if signal_groups else (grad == 0), (step, grad, dict(groups))
+        # the rollout's log-probs are the trained model's: the weights reached vLLM (tied embeddings untied)
+        assert abs(metrics[step]["training/rollout_probs_diff_mean"]) < 1e-2, metrics[step]
+    assert log_text.count("update_weights done") >= STEPS + 1  # after each start and each step
+
+
+def test_the_merged_model_is_a_tbx_model_that_evaluates(verl_run, tmp_path):
+    run = verl_run["run"]
+    final = run / "final_model"
+    assert (final / "config.json").is_file() and list(final.glob("*.safetensors"))
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["trainer"]["name"] == "verl" and meta["trainer"]["version"] == "0.9.1"
+    assert meta["trainer"]["checkpoint"] == str(run / "checkpoints" / f"global_step_{STEPS}")
+    evaluated = subprocess.run(
+        [sys.executable, str(ROOT / "launch.py"), "stage=eval", "policy=model", f"model.path={final}",
+         "model.name=smollm2-verl", "tasks=train_sample", "tasks.limit=1", "eval.attempts=1", "eval.max_turns=2",
+         f"out_root={tmp_path}", "logger=none"], cwd=ROOT, env=environment(), capture_output=True, text=True,
+        timeout=900)
+    assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-3000:]
+    summaries = list(tmp_path.glob("eval-*/summary.json"))
+    assert len(summaries) == 1
+    summary = json.loads(summaries[0].read_text())
+    assert summary["episodes"] == 1, summary
