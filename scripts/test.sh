@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Set up, lint, and run the whole test suite (it starts PostgreSQL itself). Extra arguments go
-# to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+# Set up, lint, and run the whole test suite (it starts PostgreSQL and Slurm itself). Extra arguments
+# go to pytest, e.g. `bash scripts/test.sh -m "not slow"`.
+#
+# Two interpreters, one suite: tbx's .venv runs everything but the tests marked `verl`, which need
+# verl's trainer and run in .venv-vllm (vLLM's CPU build + verl 0.9.1, scripts/setup_vllm.sh): the
+# GRPO parity with verl's core_algos, the agent loop inside verl's workers, and verl's real trainer
+# on tbx episodes. With arguments, only the .venv suite runs them unless TBX_VERL_TESTS=1;
+# TBX_VERL_TESTS=0 (or TBX_SKIP_VLLM=1) skips the verl suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check tbx tests launch.py benchmarks
-# GRPO math against verl's own core_algos, in .venv-verl (verl pins an older transformers than
-# tbx's local model needs, so it cannot share .venv). TBX_SKIP_VERL_CHECK=1 skips it.
-if [ "${TBX_SKIP_VERL_CHECK:-0}" != 1 ]; then
-  bash scripts/setup_verl_check.sh -q
+VERL_TESTS=${TBX_VERL_TESTS:-$([ $# -eq 0 ] && echo 1 || echo 0)}
+if [ "${TBX_SKIP_VLLM:-0}" = 1 ]; then
+  VERL_TESTS=0
 fi
-exec .venv/bin/python -m pytest "$@"
+status=0
+.venv/bin/python -m pytest -m "not verl" "$@" || status=$?
+if [ "$VERL_TESTS" = 1 ]; then
+  echo "[test] the verl suite in .venv-vllm"
+  .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider "$@" || status=$?
+fi
+exit $status
