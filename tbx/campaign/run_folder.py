@@ -29,6 +29,7 @@ from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, 
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store import ResultStore, open_store
+from tbx.view import viewer_command
 
 
 def validate_eval(cfg: Config) -> None:
@@ -126,6 +127,7 @@ def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterab
     if cfg.summary_path:
         write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
     print(format_summary(summary, title), file=out or sys.stdout)
+    print(f"look at the episodes: {viewer_command([str(run_dir)])}", file=out or sys.stdout)
     if summary["pass_at_1"] is None and records:
         print(f"no attempt reached a verdict ({summary['errors']} errors, {summary['counts']['excluded']} "
               f"excluded): pass@1 is undefined; the causes are stored with each try", file=sys.stderr)
