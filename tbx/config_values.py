@@ -141,9 +141,6 @@ def _check_view(cfg: Config) -> None:
     from tbx.serve import LOOPBACK
 
     view = cfg.view
-    if not cfg.runs and not cfg.store.url:
-        raise fail(cfg, "runs", "is empty", "give runs=[RUN_DIR,...] (folders stage=eval printed), or store.url=URL "
-                   "for every run in that results database")
     if not 0 <= view.port <= 65535:
         raise fail(cfg, "view.port", f"is {view.port}", "give a port in 0..65535 (0: any free port)")
     if view.page_size < 1:

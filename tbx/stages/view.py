@@ -20,10 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from tbx.config import Config
+from tbx.errors import ConfigError
 from tbx.view.store import load_runs
 
 
 def run_view(cfg: Config) -> dict[str, Any]:
+    if not cfg.runs and not cfg.store.url:
+        raise ConfigError("conf/config.yaml", "runs", "is empty", "give runs=[RUN_DIR,...] (the folders stage=eval "
+                          "printed), or store.url=URL for every run in that results database")
     runs = load_runs(cfg.runs, cfg.store.url)
     try:
         if cfg.view.export is not None:
@@ -52,8 +56,10 @@ async def _serve(cfg: Config, runs) -> None:  # noqa: ANN001 - list[StoredRun]
     while not server.started and not serving.done():
         await asyncio.sleep(0.02)
     if serving.done():  # uvicorn exits (SystemExit) when it cannot bind
-        from tbx.errors import ConfigError
-
+        try:
+            await serving
+        except SystemExit:
+            pass
         raise ConfigError("conf/stage/view.yaml", "view.port", f"cannot listen on {cfg.view.host}:{cfg.view.port} "
                           "(in use?)", "give a free port, or view.port=0 for any free one")
     host = cfg.view.host
