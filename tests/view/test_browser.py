@@ -76,6 +76,7 @@ def viewer(runs):  # noqa: ANN001, ANN201
 
 
 def shot(driver, tmp_path: Path, name: str) -> Path:  # noqa: ANN001
+    driver.set_window_size(1400, 500)  # the page's own height, not the last window's
     height = driver.execute_script("return document.documentElement.scrollHeight")
     driver.set_window_size(1400, min(max(height, 500), 4000))
     path = tmp_path / f"{name}.png"
