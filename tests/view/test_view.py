@@ -102,3 +102,24 @@ def test_export_writes_pages_whose_links_resolve(runs, tmp_path: Path) -> None: 
             assert "://" not in target and not target.startswith("/"), (path.name, target)
             assert (path.parent / target).is_file(), (path.name, target)
     assert len([n for n in names if n.startswith("run1-mock_")]) == 6
+
+
+def test_every_run_of_a_store_url(runs) -> None:  # noqa: ANN001
+    stored = load_runs([], runs[1].source)  # the trained run's results.sqlite, as a URL
+    assert [(r.name, r.k, r.run_dir) for r in stored] == [(runs[1].run_id, 2, None)]
+    client = TestClient(viewer_app(stored, 4))
+    assert "6 of 6 attempts" in client.get("/run/0/attempts").text
+    html = client.get("/run/0/episode", params={"task": "mock/nickname/1", "attempt": 1}).text
+    assert "No task file beside this run" in html and "extra side effect" in html
+
+
+def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
+    from tests.stages.test_eval_regrade import launch
+
+    out = launch("stage=view", f"out_root={tmp_path}")
+    assert out.returncode == 2 and "field 'runs': is empty" in out.stderr
+    out = launch("stage=view", f"runs=[{tmp_path}]", f"out_root={tmp_path}")
+    assert out.returncode == 2 and "is not a run folder" in out.stderr
+    out = launch("stage=view", f"runs=[{tmp_path}]", "view.host=0.0.0.0", f"out_root={tmp_path}")
+    assert out.returncode == 2 and "field 'view.token_env': is not set, but view.host=0.0.0.0" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
