@@ -123,3 +123,21 @@ def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
     out = launch("stage=view", f"runs=[{tmp_path}]", "view.host=0.0.0.0", f"out_root={tmp_path}")
     assert out.returncode == 2 and "field 'view.token_env': is not set, but view.host=0.0.0.0" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_training_curves_beside_a_run_are_shown(runs, tmp_path: Path) -> None:  # noqa: ANN001
+    from tbx.plots.training import training_curves_figure
+    from tbx.view.export import export_site
+    from tests.test_training_curves import HISTORY
+
+    path = training_curves_figure(HISTORY, runs[1].run_dir / "curves.png")  # as stage=train writes it
+    try:
+        client = TestClient(viewer_app(runs, 4))
+        html = client.get("/").text
+        assert '<img class="curves" src="/run/1/curves.png"' in html and "/run/0/curves.png" not in html
+        assert client.get("/run/1/curves.png").content == path.read_bytes()
+        assert client.get("/run/0/curves.png").status_code == 404
+        export_site(runs, tmp_path, 4)
+        assert (tmp_path / "run1-curves.png").read_bytes() == path.read_bytes()
+    finally:
+        path.unlink()
