@@ -357,6 +357,9 @@ class LoggerConfig:
     mode: LoggerMode = LoggerMode.offline  # offline (sync later with `wandb sync`) | online | disabled
     project: str = "tbx"
     entity: str | None = None
+    # the W&B group of the run (null: its identity). Give the runs of one comparison and their report one
+    # group (logger.group=NAME) to see them together; stage=pipeline gives all its runs its own.
+    group: str | None = None
 
 
 @dataclass

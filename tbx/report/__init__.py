@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from tbx.report.data import Comparison, RunData, RunStats, compare_runs, compute
 from tbx.report.figures import attempt_grid_figure, curves_figure, domain_heatmap_figure, pick_changed_tasks
 from tbx.report.tables import Table, before_after_table, cost_table, pct, side_by_side_table
 
-__all__ = ["Comparison", "ReportFiles", "RunData", "RunStats", "Table", "compare_runs", "compute_stats",
+__all__ = ["INTERVAL_COLUMNS", "Comparison", "ReportFiles", "RunData", "RunStats", "Table", "compare_runs", "compute_stats",
            "render_report"]
 
 
@@ -29,6 +30,32 @@ class ReportFiles:
     markdown_path: Path
     png_paths: tuple[Path, ...]
     tables: tuple[Table, ...]  # Table 1, 2, 3 (plain rows in .rows, .to_dict())
+    intervals: tuple[tuple[Any, ...], ...] = ()  # rows of INTERVAL_COLUMNS, in percent / pp
+    curves: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # run -> ks, pass_at_k, pass_hat_k (%)
+
+
+INTERVAL_COLUMNS = ("run", "kind", "metric", "estimate", "low", "high", "tasks")
+
+
+def interval_rows(stats: Sequence[RunStats], comparisons: Sequence[Comparison]) -> tuple[tuple[Any, ...], ...]:
+    """Every interval of the report as numbers: each run's own ("run") and each paired change against the
+    base ("paired change"), in percent and percentage points."""
+    k = stats[0].summary.k
+    fields = [("pass@1", "pass_at_1")] + ([(f"pass@{k}", "pass_at_k"), (f"observed {k}/{k}", "observed_all")]
+                                         if k > 1 else [])
+    rows = []
+    for s in stats:
+        for label, name in fields:
+            i = getattr(s.ci, name)
+            rows.append((s.name, "run", label, *(round(100 * v, 6) for v in (i.estimate, i.low, i.high)),
+                         s.summary.n_tasks))
+    for c in comparisons:
+        if c.overall is not None:
+            for label, name in fields:
+                i = c.overall.interval(name)
+                rows.append((c.new.name, "paired change", label,
+                             *(round(100 * v, 6) for v in (i.estimate, i.low, i.high)), c.overall.n_tasks))
+    return tuple(rows)
 
 
 def _slug(name: str) -> str:
@@ -128,4 +155,7 @@ def render_report(runs: Sequence[RunData], out_dir: Path | str, *, rng: np.rando
         parts += [sentence, ""]
     markdown_path = out / "report.md"
     write_text(markdown_path, "\n".join(parts))
-    return ReportFiles(markdown_path, tuple(path for _, path in figures), tables)
+    curves = {s.name: {"ks": list(s.curves.ks), "pass_at_k": [100 * v for v in s.curves.pass_at_k],
+                       "pass_hat_k": [100 * v for v in s.curves.pass_hat_k]} for s in stats}
+    return ReportFiles(markdown_path, tuple(path for _, path in figures), tables, interval_rows(stats, comparisons),
+                       curves)

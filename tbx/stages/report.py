@@ -23,7 +23,7 @@ from tbx.config import Config
 from tbx.cost import parse_price_table
 from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
-from tbx.report import RunData, render_report
+from tbx.report import INTERVAL_COLUMNS, RunData, render_report
 from tbx.runs import resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
@@ -106,16 +106,31 @@ def run_report(cfg: Config) -> dict[str, Any]:
         _report_per_k(cfg, groups, run_dir)
     files = _render(cfg, runs, run_dir)
     with stage_sink(cfg, run_dir) as sink:
-        for index, table in enumerate(files.tables, 1):
-            sink.table(f"report/table{index}", table.columns, table.rows)
-        for path in files.png_paths:
-            sink.image(f"report/{path.stem}", path)
+        _log_report(sink, files)
     print(f"report of {len(runs)} runs -> {files.markdown_path}")
     for path in files.png_paths:
         print(f"  figure {path}")
     print(f"look at the episodes: {viewer_command(cfg.runs)}")
     return {"run_dir": str(run_dir), "markdown": str(files.markdown_path),
             "figures": [str(p) for p in files.png_paths], "tables": [t.to_dict() for t in files.tables]}
+
+
+def _flat(value: Any) -> Any:
+    """A cell W&B tables take: an interval [estimate, low, high] as text, everything else as it is."""
+    return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]" if isinstance(value, list) else value
+
+
+def _log_report(sink, files) -> None:  # noqa: ANN001 - a Sink, ReportFiles
+    """The tables (intervals also as numeric columns), the figures, and pass@k / pass^k as line plots."""
+    for index, table in enumerate(files.tables, 1):
+        sink.table(f"report/table{index}", table.columns, [[_flat(v) for v in row] for row in table.rows])
+    sink.table("report/intervals", INTERVAL_COLUMNS, files.intervals)
+    for path in files.png_paths:
+        sink.image(f"report/{path.stem}", path)
+    if files.curves and len(next(iter(files.curves.values()))["ks"]) > 1:  # at k = 1 a curve is one point
+        ks = next(iter(files.curves.values()))["ks"]
+        for key, title in (("pass_at_k", "pass@k: solved at least once in k"), ("pass_hat_k", "pass^k: solved in all k")):
+            sink.lines(f"report/{key}", ks, {name: c[key] for name, c in files.curves.items()}, title, "k")
 
 
 def _report_per_k(cfg: Config, groups: dict[int, list[RunData]], run_dir: Path) -> None:
