@@ -47,7 +47,7 @@ def driver():  # noqa: ANN201
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--window-size=1400,1800", "--hide-scrollbars"):
+                 "--window-size=1400,1000", "--hide-scrollbars"):
         options.add_argument(flag)
     browser = webdriver.Chrome(service=Service(chromedriver), options=options)
     browser.implicitly_wait(5)
@@ -76,11 +76,15 @@ def viewer(runs):  # noqa: ANN001, ANN201
 
 
 def shot(driver, tmp_path: Path, name: str) -> Path:  # noqa: ANN001
-    driver.set_window_size(1400, 500)  # the page's own height, not the last window's
-    height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1400, min(max(height, 500), 4000))
+    """The whole page (not only the window) as a PNG, through Chromium's DevTools."""
+    import base64
+
+    size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 6000), "scale": 1}
+    data = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                             "clip": clip})["data"]
     path = tmp_path / f"{name}.png"
-    driver.save_screenshot(str(path))
+    path.write_bytes(base64.b64decode(data))
     print(f"screenshot {path}")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     return path
