@@ -17,10 +17,15 @@ from tbx.view.store import AttemptFilter, StoredRun
 
 def export_site(runs: Sequence[StoredRun], out: Path, page_size: int) -> list[Path]:
     """Write every page (runs, attempts page by page, each episode, compare and attempt pairs of the first
-    run against each other one); return the files written."""
+    run against each other one), each as soon as it is rendered; return the files written."""
     links = ExportLinks()
     out.mkdir(parents=True, exist_ok=True)
-    written: dict[str, str] = {}
+    written: list[Path] = []
+
+    def page(name: str, html: str | None) -> None:
+        write_text(out / name, html or "")
+        written.append(out / name)
+
     shutil.copyfile(str(files("tbx.view") / "static" / "style.css"), out / links.css)
     curves = {}
     for run in runs:
@@ -28,22 +33,17 @@ def export_site(runs: Sequence[StoredRun], out: Path, page_size: int) -> list[Pa
         if path is not None:
             shutil.copyfile(path, out / links.curves(run))
         curves[run.index] = path is not None
-    written[links.runs()] = pages.runs_page(runs, links, curves)
+    page(links.runs(), pages.runs_page(runs, links, curves))
     for run in runs:
         rows = run.rows()
-        for page in range(1, max(1, -(-len(rows) // page_size)) + 1):
-            written[links.attempts(run, None, page)] = pages.attempts_page(run, links, AttemptFilter(), page,
-                                                                            page_size)
+        for number in range(1, max(1, -(-len(rows) // page_size)) + 1):
+            page(links.attempts(run, None, number), pages.attempts_page(run, links, AttemptFilter(), number, page_size))
         for row in rows:
-            written[links.episode(run, row.task_id, row.attempt)] = pages.episode_page(run, links, row.task_id,
-                                                                                      row.attempt) or ""
+            page(links.episode(run, row.task_id, row.attempt), pages.episode_page(run, links, row.task_id, row.attempt))
     for new in runs[1:]:
         base = runs[0]
-        written[links.compare(base, new)] = pages.compare_page(base, new, links)
+        page(links.compare(base, new), pages.compare_page(base, new, links))
         keys = {(r.task_id, r.attempt) for r in base.rows()} | {(r.task_id, r.attempt) for r in new.rows()}
         for task_id, attempt in sorted(keys):
-            written[links.pair(base, new, task_id, attempt)] = pages.pair_page(base, new, links, task_id,
-                                                                              attempt) or ""
-    for name, html in written.items():
-        write_text(out / name, html)
-    return [out / name for name in written]
+            page(links.pair(base, new, task_id, attempt), pages.pair_page(base, new, links, task_id, attempt))
+    return written
