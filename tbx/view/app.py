@@ -11,6 +11,7 @@ import hmac
 from collections.abc import Callable, Sequence
 from importlib.resources import files
 from pathlib import Path
+from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -49,7 +50,7 @@ class TokenGate(BaseHTTPMiddleware):
             return await call_next(request)
         if self._ok(request.query_params.get("token")):
             kept = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = request.url.path + ("?" + "&".join(f"{k}={v}" for k, v in kept) if kept else "")
+            target = request.url.path + (f"?{urlencode(kept)}" if kept else "")
             response = RedirectResponse(target, status_code=303)
             response.set_cookie(COOKIE, self.token, httponly=True, samesite="strict")
             return response

@@ -86,8 +86,9 @@ def test_a_token_guards_the_viewer_when_one_is_set(runs) -> None:  # noqa: ANN00
     assert guarded.get("/").status_code == 401
     assert guarded.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert guarded.get("/", headers={"Authorization": "Bearer s3cret"}).status_code == 200
-    opened = guarded.get("/run/0/attempts?token=s3cret&page=2")
+    opened = guarded.get("/run/0/attempts?token=s3cret&search=mock/transfer&page=2")
     assert opened.status_code == 200 and opened.url.path == "/run/0/attempts" and "token" not in str(opened.url)
+    assert opened.url.query == b"search=mock%2Ftransfer&page=2" and "4 of 6 attempts" in opened.text
     assert guarded.get("/").status_code == 200  # the cookie now
 
 
