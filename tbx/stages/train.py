@@ -155,8 +155,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
         sink.log(metrics, step=step + 1)
         state.history.append(metrics)
         state.step = step + 1
-        run_dir = run.checkpoints.parent
-        training_curves_figure(state.history, run_dir / "curves.png", f"GRPO training: {run_dir.name}")
+        training_curves_figure(state.history, run.checkpoints.parent / "curves.png")  # beside the checkpoints
         print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
                        for k, v in metrics.items() if not k.startswith("train/sampler/") or "zero_variance" in k),
               file=sys.stderr)
