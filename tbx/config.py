@@ -357,6 +357,9 @@ class LoggerConfig:
     mode: LoggerMode = LoggerMode.offline  # offline (sync later with `wandb sync`) | online | disabled
     project: str = "tbx"
     entity: str | None = None
+    # the W&B group of the run (null: its identity). Give the runs of one comparison and their report one
+    # group (logger.group=NAME) to see them together; stage=pipeline gives all its runs its own.
+    group: str | None = None
 
 
 @dataclass
@@ -388,6 +391,19 @@ class ServeConfig:
     # A session with no request in flight for this long is over (a killed client); its episode, if started, is
     # recorded as abandoned. An open GET stream (the SDK clients keep one) counts as a request in flight.
     idle_timeout_s: float = field(default=300.0, metadata=NOT_IDENTITY)
+
+
+@dataclass
+class ViewConfig:
+    """stage=view: the run and episode viewer over `runs` (tbx/view/, docs/evaluation.md)."""
+
+    host: str = "127.0.0.1"  # bind address; any other than loopback needs token_env
+    port: int = 8777  # 0: any free port (the URL is printed)
+    # environment variable holding the token a browser must send (?token=..., then a cookie) or a client
+    # ('Authorization: Bearer <token>'); never the token itself
+    token_env: str | None = None
+    export: str | None = None  # write the pages as static HTML into this folder instead of serving them
+    page_size: int = 50  # attempts per page
 
 
 @dataclass
@@ -437,6 +453,7 @@ class Config:
     faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=only(*PLAYED_STAGES))
     regrade: RegradeConfig = field(default_factory=RegradeConfig, metadata=only("regrade"))
     serve: ServeConfig = field(default_factory=ServeConfig, metadata=only("serve"))
+    view: ViewConfig = field(default_factory=ViewConfig, metadata=NOT_IDENTITY)
     store: StoreConfig = field(default_factory=StoreConfig, metadata=NOT_IDENTITY)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig,
                                          metadata=only("probe", "select", "pipeline"))
@@ -450,7 +467,7 @@ class Config:
     logger: LoggerConfig = field(default_factory=LoggerConfig, metadata=NOT_IDENTITY)
     hardware: HardwareConfig = field(default_factory=HardwareConfig, metadata=NOT_IDENTITY)
     launcher: LauncherConfig = field(default_factory=LauncherConfig, metadata=NOT_IDENTITY)
-    # stage=report: the run folders to compare, base first
+    # stage=report and stage=view: the run folders to compare, base first
     runs: list[str] = field(default_factory=list, metadata=only("report"))
     seed: int = field(default=0, metadata=only(*PLAYED_STAGES))
     # run folders live under it, named by stage and run hash

@@ -266,6 +266,10 @@ def check_config(cfg: Config) -> None:
     if stage == "serve" and token and not os.environ.get(token):
         raise fail(cfg, "serve.token_env", f"names the environment variable {token}, which is not set",
                    f"export {token}=<token> before launching, or serve.token_env=null on 127.0.0.1")
+    view_token = cfg.view.token_env
+    if stage == "view" and cfg.view.export is None and view_token and not os.environ.get(view_token):
+        raise fail(cfg, "view.token_env", f"names the environment variable {view_token}, which is not set",
+                   f"export {view_token}=<token> before launching, or view.token_env=null on 127.0.0.1")
     if stage in TASK_STAGES:
         _check_tasks(cfg)
     for key, endpoint in _endpoints_used(cfg, stage):

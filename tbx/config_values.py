@@ -62,6 +62,8 @@ def check_values(cfg: Config) -> None:
     _check_counts(cfg, stage)
     if stage == "serve":
         _check_serve(cfg)
+    if stage == "view":
+        _check_view(cfg)
     if stage in POOL_STAGES:
         _check_bands(cfg)
 
@@ -133,6 +135,20 @@ def _check_serve(cfg: Config) -> None:
         raise fail(cfg, "serve.token_env", f"is not set, but serve.host={serve.host} is reachable from other "
                    "machines", "export a token in a variable and name it: serve.token_env=TBX_SERVE_TOKEN "
                    "(clients send 'Authorization: Bearer <token>'), or bind serve.host=127.0.0.1")
+
+
+def _check_view(cfg: Config) -> None:
+    from tbx.serve import LOOPBACK
+
+    view = cfg.view
+    if not 0 <= view.port <= 65535:
+        raise fail(cfg, "view.port", f"is {view.port}", "give a port in 0..65535 (0: any free port)")
+    if view.page_size < 1:
+        raise fail(cfg, "view.page_size", f"is {view.page_size}", "give view.page_size >= 1")
+    if view.export is None and view.host not in LOOPBACK and not view.token_env:
+        raise fail(cfg, "view.token_env", f"is not set, but view.host={view.host} is reachable from other machines",
+                   "export a token in a variable and name it: view.token_env=TBX_VIEW_TOKEN, or bind "
+                   "view.host=127.0.0.1")
 
 
 def _check_bands(cfg: Config) -> None:

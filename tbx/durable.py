@@ -51,12 +51,17 @@ def fsync_path(path: Path) -> None:
 
 def write_text(path: str | Path, text: str, field: str = "out_root") -> None:
     """Replace `path` by `text` atomically and durably; the disk's refusal becomes a `ConfigError`."""
+    write_bytes(path, text.encode("utf-8"), field)
+
+
+def write_bytes(path: str | Path, data: bytes, field: str = "out_root") -> None:
+    """Replace `path` by `data` atomically and durably (as write_text)."""
     path = Path(path)
     partial = path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with open(partial, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(partial, path)

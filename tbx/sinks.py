@@ -42,6 +42,11 @@ class Sink(ABC):
     def image(self, key: str, path: str | Path) -> None: ...
 
     @abstractmethod
+    def lines(self, key: str, xs: Sequence[float], series: Mapping[str, Sequence[float]], title: str,
+              xname: str) -> None:
+        """A line plot: one line per name in `series`, all over the same `xs`."""
+
+    @abstractmethod
     def finish(self) -> None: ...
 
 
@@ -53,6 +58,10 @@ class NullSink(Sink):
         pass
 
     def image(self, key: str, path: str | Path) -> None:
+        pass
+
+    def lines(self, key: str, xs: Sequence[float], series: Mapping[str, Sequence[float]], title: str,
+              xname: str) -> None:
         pass
 
     def finish(self) -> None:
@@ -82,6 +91,12 @@ class WandbSink(Sink):
     def image(self, key: str, path: str | Path) -> None:
         self.run.log({key: self._wandb.Image(str(path))})
 
+    def lines(self, key: str, xs: Sequence[float], series: Mapping[str, Sequence[float]], title: str,
+              xname: str) -> None:
+        chart = self._wandb.plot.line_series(xs=list(xs), ys=[list(v) for v in series.values()], keys=list(series),
+                                             title=title, xname=xname)
+        self.run.log({key: chart})
+
     def finish(self) -> None:
         self.run.finish()
 
@@ -96,10 +111,12 @@ def open_sink(logger: LoggerConfig, run_dir: Path, name: str, group: str, job_ty
 
 @contextmanager
 def stage_sink(cfg: Config, run_dir: Path) -> Iterator[Sink]:
-    """The run's sink, named like its folder, grouped by its identity; finished in every case."""
+    """The run's sink, named like its folder, grouped by `logger.group` (by default its identity); finished in
+    every case."""
     from tbx.runs import run_identity, run_name
 
-    sink = open_sink(cfg.logger, run_dir, run_name(cfg), run_identity(cfg), cfg.stage.name, safe_config(cfg))
+    group = cfg.logger.group or run_identity(cfg)
+    sink = open_sink(cfg.logger, run_dir, run_name(cfg), group, cfg.stage.name, safe_config(cfg))
     try:
         yield sink
     finally:

@@ -68,3 +68,15 @@ def table(run_dir: str | Path, key: str) -> dict:
             files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "files" / row[f"{key}/path"]))
             return json.loads(Path(files[0]).read_text())
     raise KeyError(key)
+
+
+def run_group(run_dir: str | Path) -> str:
+    """The W&B group the (single) offline run under `run_dir` was started in."""
+    files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
+    assert len(files) == 1, files
+    for chunk in _chunks(Path(files[0]).read_bytes()):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(chunk)
+        if record.WhichOneof("record_type") == "run":
+            return record.run.run_group
+    raise KeyError("no run record")

@@ -29,6 +29,7 @@ from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, 
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store import ResultStore, open_store
+from tbx.view import viewer_command
 
 
 def validate_eval(cfg: Config) -> None:
@@ -43,8 +44,37 @@ def validate_eval(cfg: Config) -> None:
     check_workers(cfg)
 
 
-def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str) -> None:
-    """Headline metrics per domain and a per-family table to the logging sink."""
+EPISODE_COLUMNS = ["task", "attempt", "outcome", "reward", "turns", "tokens", "cause", "transcript (end)"]
+
+
+def transcript_excerpt(record: dict[str, Any], limit: int = 300) -> str:
+    """The end of an episode's conversation as one line (who said what, tool calls by name), at most
+    `limit` characters: where a failure usually shows."""
+    parts = []
+    for message in record.get("transcript", []):
+        if message["role"] == "system":
+            continue
+        calls = "".join(f" [{c.get('name')}]" for c in message.get("tool_calls", []))
+        text = " ".join(str(message.get("content") or "").split())
+        parts.append(f"{message['role']}: {text[:120]}{calls}")
+    line = " | ".join(parts)
+    return line if len(line) <= limit else "…" + line[-(limit - 1):]
+
+
+def episode_rows(records: list[dict[str, Any]]) -> list[list[Any]]:
+    """One row per attempt (its final try) for the W&B episode table (EPISODE_COLUMNS)."""
+    rows = []
+    for r in sorted(records, key=lambda r: (r["task_id"], r["attempt"])):
+        tokens = sum(u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) for u in r.get("usage", {}).values())
+        rows.append([r["task_id"], r["attempt"], r["outcome"], r.get("reward"), r.get("counts", {}).get("turns", 0),
+                     tokens, str(r.get("cause", ""))[:200], transcript_excerpt(r)])
+    return rows
+
+
+def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str,
+                records: list[dict[str, Any]] | None = None) -> None:
+    """Headline metrics per domain, a per-family table and, given the records, the episode table to the
+    logging sink."""
     metrics = {f"{prefix}/{key}": summary[key] for key in ("pass_at_1", "pass_at_k", "observed_all", "n_tasks",
                                                           "episodes", "cost_usd") if summary.get(key) is not None}
     metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary["counts"].items()}
@@ -57,6 +87,8 @@ def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str
         sink.log(metrics)
         sink.table(f"{prefix}/families", ["family", "tasks", "episodes", "pass_at_1", "success", "failure",
                                           "errors"], rows)
+        if records:
+            sink.table(f"{prefix}/episodes", EPISODE_COLUMNS, episode_rows(records))
 
 
 def headline(records: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
@@ -122,10 +154,11 @@ def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterab
         "attempts": cfg.eval.attempts, "error_tries": log.error_tries(),
         "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
     write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
-    log_summary(cfg, run_dir, summary, "eval")
+    log_summary(cfg, run_dir, summary, "eval", records)
     if cfg.summary_path:
         write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
     print(format_summary(summary, title), file=out or sys.stdout)
+    print(f"look at the episodes: {viewer_command([str(run_dir)])}", file=out or sys.stdout)
     if summary["pass_at_1"] is None and records:
         print(f"no attempt reached a verdict ({summary['errors']} errors, {summary['counts']['excluded']} "
               f"excluded): pass@1 is undefined; the causes are stored with each try", file=sys.stderr)

@@ -20,6 +20,7 @@ from tbx.metrics import (
     pass_curves,
     summarize,
 )
+from tbx.paired import PairedDifference, paired_difference
 
 
 @dataclass(frozen=True)
@@ -89,3 +90,31 @@ def compute_stats(run: RunData, rng: np.random.Generator, resamples: int = 2000)
         curves=pass_curves(outcomes, attempts=run.k, allow_incomplete=run.allow_incomplete),
         ci=bootstrap_ci(outcomes, rng, attempts=run.k, allow_incomplete=run.allow_incomplete,
                         resamples=resamples))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One run against the base: the paired difference on their shared tasks, overall ("all") and per
+    domain (a domain's tasks only), for Table 1 and the heat map."""
+
+    base: RunStats
+    new: RunStats
+    by_domain: dict[str, PairedDifference | None]
+
+    @property
+    def overall(self) -> PairedDifference | None:
+        return self.by_domain["all"]
+
+
+def _in_domain(stats: RunStats, domain: str | None) -> dict[str, list[bool]]:
+    """The run's outcomes of one domain's tasks (every task with None)."""
+    return {t: v for t, v in stats.outcomes.items() if domain is None or stats.domains.get(t) == domain}
+
+
+def compare_runs(base: RunStats, new: RunStats, rng: np.random.Generator, resamples: int = 2000) -> Comparison:
+    k = base.summary.k
+    groups = {"all": None} | {d: d for d in sorted(set(base.domains.values()) | set(new.domains.values()))}
+    by_domain = {}
+    for name, domain in groups.items():
+        by_domain[name] = paired_difference(_in_domain(base, domain), _in_domain(new, domain), k, rng, resamples)
+    return Comparison(base, new, by_domain)

@@ -1,8 +1,11 @@
 """The report's figures (matplotlib, Agg, no pyplot state): attempt grids, domain heat map, curves.
 
 Colours: an attempt grid cell is green for a pass, red for a fail, grey for an error or
-exclusion, white for a missing attempt. The heat map shows scores in a sequential blue scale
-(0-100 %) and changes on a diverging red-yellow-green scale centred at 0 (green up, red down).
+exclusion, white for a missing attempt; the grid shows only tasks that changed (with one run: that
+flip). The heat map shows scores in a sequential blue scale (0-100 %) and changes on a fixed diverging
+red-yellow-green scale centred at 0 and stopping at ±50 pp (green up, red down), so a colour means
+the same in every report; each row names its tasks × attempts, and a change whose paired interval
+includes 0 is grey and in parentheses. At k = 1 only pass@1 is shown (pass@k and observed 1/1 equal it).
 """
 
 from __future__ import annotations
@@ -17,26 +20,27 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from tbx.report.data import RunStats
+from tbx.report.data import Comparison, RunStats
 
 PASS, FAIL, ERROR, MISSING = "#2e9e44", "#d62728", "#9e9e9e", "#ffffff"
 SCORE_CMAP, CHANGE_CMAP = colormaps["Blues"], colormaps["RdYlGn"]
 
 
 def pick_changed_tasks(stats: Sequence[RunStats], count: int = 3) -> list[str]:
-    """Tasks whose success rate changed most between the first two runs (ties: by task id).
+    """Up to `count` tasks whose success rate changed between the first two runs, largest change first
+    (ties: by task id); none when no task changed.
 
-    With one run, the tasks whose attempts disagree most (highest minority share).
+    With one run, the tasks whose attempts disagree most (highest minority share), only those that flip.
     """
     first = stats[0]
     if len(stats) < 2:
-        ranked = sorted(first.flips.minority_share.items(), key=lambda kv: (-kv[1], kv[0]))
-        return [task for task, _ in ranked[:count]]
+        ranked = sorted(((-share, task) for task, share in first.flips.minority_share.items() if share > 0))
+        return [task for _, task in ranked[:count]]
     second = stats[1]
     changes = []
     for task in sorted(set(first.outcomes) & set(second.outcomes)):
         a, b = first.success_rate(task), second.success_rate(task)
-        if a is not None and b is not None:
+        if a is not None and b is not None and a != b:
             changes.append((-abs(b - a), task))
     return [task for _, task in sorted(changes)[:count]]
 
@@ -73,22 +77,30 @@ def attempt_grid_figure(stats: Sequence[RunStats], tasks: Sequence[str], path: P
                         Patch(facecolor=ERROR, label="error / excluded"),
                         Patch(facecolor=MISSING, edgecolor="#999999", label="missing")],
                loc="outside lower center", ncols=4, fontsize=9, frameon=False)
-    fig.suptitle("Attempts per run on the tasks that changed most", fontsize=11, x=0.01, ha="left")
+    title = "the tasks that changed most" if len(stats) > 1 else "the tasks whose attempts disagree most"
+    fig.suptitle(f"Attempts per run on {title}", fontsize=11, x=0.01, ha="left")
     fig.savefig(path, dpi=130)
     return path
 
 
 METRICS = (("pass@1", "pass_at_1"), ("pass@k", "pass_at_k"), ("observed k/k", "observed_all"))
+CHANGE_LIMIT_PP = 50.0  # the change scale is fixed (clipped beyond), so a colour reads the same in every report
 
 
-def _domain_matrix(base: RunStats, new: RunStats) -> tuple[list[str], np.ndarray]:
+def heatmap_metrics(k: int) -> tuple[tuple[str, str], ...]:
+    """The metrics the heat map shows: at k = 1, pass@k and observed 1/1 are pass@1, so only it."""
+    return METRICS if k > 1 else METRICS[:1]
+
+
+def _domain_matrix(comparison: Comparison, metrics: Sequence[tuple[str, str]]) -> tuple[list[str], np.ndarray]:
     """Rows = "all" + domains; columns = (base, new, change) per metric, in percent / pp."""
+    base, new = comparison.base, comparison.new
     names = ["all"] + sorted(set(base.summary.by_domain) | set(new.summary.by_domain))
-    matrix = np.full((len(names), 3 * len(METRICS)), np.nan)
+    matrix = np.full((len(names), 3 * len(metrics)), np.nan)
     for r, name in enumerate(names):
         b = base.summary if name == "all" else base.summary.by_domain.get(name)
         n = new.summary if name == "all" else new.summary.by_domain.get(name)
-        for m, (_, attr) in enumerate(METRICS):
+        for m, (_, attr) in enumerate(metrics):
             if b is not None:
                 matrix[r, 3 * m] = 100 * getattr(b, attr)
             if n is not None:
@@ -102,30 +114,48 @@ def _text_colour(rgba: Sequence[float]) -> str:
     return "black" if luminance > 0.5 else "white"
 
 
-def domain_heatmap_figure(base: RunStats, new: RunStats, path: Path) -> Path:
-    """Per domain: base, new and change (pp) for pass@1, pass@k and observed k/k, annotated."""
-    names, matrix = _domain_matrix(base, new)
+def _change_cell(value: float, beyond_noise: bool, norm: TwoSlopeNorm) -> tuple[tuple[float, ...], str]:
+    """A change's colour and label: faded and in parentheses when its paired interval includes 0."""
+    if not beyond_noise:
+        return (0.93, 0.93, 0.93, 1.0), f"({value:+.1f})"
+    return CHANGE_CMAP(norm(float(np.clip(value, -CHANGE_LIMIT_PP, CHANGE_LIMIT_PP)))), f"{value:+.1f}"
+
+
+def _row_label(name: str, comparison: Comparison) -> str:
+    paired = comparison.by_domain.get(name)
+    shared = paired.n_tasks if paired is not None else 0
+    return f"{name}  (n = {shared} × {comparison.base.summary.k})"
+
+
+def domain_heatmap_figure(comparison: Comparison, path: Path) -> Path:
+    """Per domain: base, new and change (pp) for pass@1, pass@k and observed k/k (pass@1 only at k = 1),
+    annotated; each row names its shared tasks × attempts, and a change whose paired interval includes 0
+    is greyed and in parentheses."""
+    base, new = comparison.base, comparison.new
     k = base.summary.k
-    limit = max(1.0, float(np.nanmax(np.abs(matrix[:, 2::3]))) if np.isfinite(matrix[:, 2::3]).any() else 1.0)
-    score_norm, change_norm = Normalize(0, 100), TwoSlopeNorm(0, -limit, limit)
-    fig = Figure(figsize=(1.0 * matrix.shape[1] + 2.2, 0.48 * len(names) + 2.4), layout="constrained")
+    metrics = heatmap_metrics(k)
+    names, matrix = _domain_matrix(comparison, metrics)
+    score_norm, change_norm = Normalize(0, 100), TwoSlopeNorm(0, -CHANGE_LIMIT_PP, CHANGE_LIMIT_PP)
+    fig = Figure(figsize=(1.0 * matrix.shape[1] + 3.4, 0.48 * len(names) + 2.7), layout="constrained")
     ax = fig.add_subplot()
     for (r, c), value in np.ndenumerate(matrix):
         is_change = c % 3 == 2
         if np.isnan(value):
             colour, label = (0.85, 0.85, 0.85, 1.0), "—"
         elif is_change:
-            colour, label = CHANGE_CMAP(change_norm(value)), f"{value:+.1f}"
+            paired = comparison.by_domain.get(names[r])
+            beyond = paired is not None and paired.excludes_zero(metrics[c // 3][1])
+            colour, label = _change_cell(value, beyond, change_norm)
         else:
             colour, label = SCORE_CMAP(score_norm(value)), f"{value:.1f}"
         ax.add_patch(Rectangle((c + (c // 3) * 0.25, r), 1, 1, facecolor=colour, edgecolor="white"))
         ax.text(c + (c // 3) * 0.25 + 0.5, r + 0.5, label, ha="center", va="center", fontsize=9,
                 color=_text_colour(colour), fontweight="bold" if is_change else "normal")
     xs = [c + (c // 3) * 0.25 + 0.5 for c in range(matrix.shape[1])]
-    ax.set_xticks(xs, [label for _ in METRICS for label in (base.name, new.name, "change (pp)")],
+    ax.set_xticks(xs, [label for _ in metrics for label in (base.name, new.name, "change (pp)")],
                   fontsize=8, rotation=30, ha="right")
-    ax.set_yticks([r + 0.5 for r in range(len(names))], names, fontsize=9)
-    for m, (label, _) in enumerate(METRICS):
+    ax.set_yticks([r + 0.5 for r in range(len(names))], [_row_label(n, comparison) for n in names], fontsize=9)
+    for m, (label, _) in enumerate(metrics):
         title = label.replace("k/k", f"{k}/{k}").replace("@k", f"@{k}")
         ax.text(3 * m + m * 0.25 + 1.5, -0.25, f"{title} (%)", ha="center", va="bottom", fontsize=10,
                 fontweight="bold")
@@ -137,8 +167,10 @@ def domain_heatmap_figure(base: RunStats, new: RunStats, path: Path) -> Path:
     fig.colorbar(ScalarMappable(score_norm, SCORE_CMAP), ax=ax, location="bottom", shrink=0.45,
                  label="score (%)", pad=0.02, aspect=30)
     fig.colorbar(ScalarMappable(change_norm, CHANGE_CMAP), ax=ax, location="bottom", shrink=0.45,
-                 label=f"change {new.name} − {base.name} (pp)", pad=0.02, aspect=30)
-    fig.suptitle(f"Per domain: {base.name} vs {new.name}", fontsize=11)
+                 label=f"change {new.name} − {base.name} (pp; the scale stops at ±{CHANGE_LIMIT_PP:.0f})",
+                 pad=0.02, aspect=30)
+    fig.suptitle(f"Per domain: {base.name} vs {new.name}. (…) grey: the paired 95% interval includes 0",
+                 fontsize=10)
     fig.savefig(path, dpi=130)
     return path
 

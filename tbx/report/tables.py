@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.report.data import RunStats
+from tbx.report.data import Comparison, RunStats
 
 BEST, SECOND = "best", "second"
 
@@ -86,11 +86,32 @@ def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
     return rows if k > 1 else rows[:1] + rows[2:]  # with k = 1, pass@k is pass@1
 
 
-def before_after_table(stats: Sequence[RunStats]) -> Table:
-    """Table 1: the first run is the base; every other run gets its value and its change."""
+def _rate_field(label: str) -> str:
+    """The Summary field behind a rate row of Table 1 (labels as _metric_rows writes them)."""
+    if label == "pass@1 (%)":
+        return "pass_at_1"
+    return "pass_at_k" if label.startswith("pass@") else "observed_all"
+
+
+def _paired_cell(comparison: Comparison, label: str) -> tuple[list[float] | None, str]:
+    """The paired change of one rate with its interval: plain [estimate, low, high] in pp, and text."""
+    paired = comparison.overall
+    if paired is None:
+        return None, "no shared task"
+    i = paired.interval(_rate_field(label))
+    plain = [round(100 * v, 6) for v in (i.estimate, i.low, i.high)]
+    return plain, f"{100 * i.estimate:+.2f} [{100 * i.low:+.2f}, {100 * i.high:+.2f}]"
+
+
+def before_after_table(stats: Sequence[RunStats], comparisons: Sequence[Comparison] = ()) -> Table:
+    """Table 1: the first run is the base; every other run gets its value, its change and, for rates, the
+    paired change on the tasks both share with its bootstrap interval (`comparisons`, one per other run)."""
     base, news = stats[0], stats[1:]
     k = base.summary.k
-    columns = ["metric", base.name] + [c for s in news for c in (s.name, f"change ({s.name})")]
+    by_name = {c.new.name: c for c in comparisons}
+    columns = ["metric", base.name]
+    for s in news:
+        columns += [s.name, f"change ({s.name})"] + ([f"paired change, 95% CI ({s.name})"] if s.name in by_name else [])
     rows, text = [], []
     for label, value, kind in _metric_rows(k):
         is_rate = kind == RATE
@@ -101,10 +122,21 @@ def before_after_table(stats: Sequence[RunStats]) -> Table:
             row += [_plain(new, is_rate), round(100 * (new - old), 6) if is_rate else new - old]
             cells += ([pct(new), _delta_pp(new, old)] if is_rate
                       else [count(new), _delta_count(new, old, kind == RATIO)])
+            if s.name in by_name:
+                plain, cell = _paired_cell(by_name[s.name], label) if is_rate else (None, "")
+                row.append(plain)
+                cells.append(cell)
         rows.append(tuple(row))
         text.append(tuple(cells))
     note = (f"{base.summary.n_tasks} tasks × {k} attempts. Changes in percentage points (pp) for rates, "
             "in counts (× ratio) otherwise. Errors and exclusions are not counted as failures.")
+    for c in comparisons:
+        if c.overall is not None:
+            p = c.overall
+            note += (f" Paired change ({c.new.name}): new − base on the {p.n_tasks} tasks both ran, with the "
+                     f"{int(100 * p.level)}% percentile interval of a bootstrap over those tasks ({p.resamples:,} "
+                     f"resamples; a task's attempts in both runs stay together); {p.better} tasks better, "
+                     f"{p.worse} worse.")
     title = (f"Table 1. Before/after: {base.name} (base) vs {', '.join(s.name for s in news)}" if news
              else f"Table 1. {base.name} (no second run to compare)")
     return Table("table1_before_after", title, tuple(columns), tuple(rows), tuple(text),

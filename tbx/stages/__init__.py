@@ -8,6 +8,7 @@ STAGES = {
     "probe": "tbx.stages.probe:run_probe",
     "select": "tbx.stages.select:run_select",
     "report": "tbx.stages.report:run_report",
+    "view": "tbx.stages.view:run_view",
     "train": "tbx.stages.train:run_train",
     "pipeline": "tbx.stages.pipeline:run_pipeline",
 }

@@ -80,6 +80,10 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
         raise ConfigError("conf/policy", "policy", f"is {cfg.policy.name}: the pipeline trains a model",
                           "use policy=model (the default)")
     evaluation_sets(cfg)  # a bad held-out seed fails before anything runs
+    if cfg.logger.group is None:  # every run of the pipeline, its reports too, in one W&B group
+        from tbx.runs import run_identity
+
+        cfg = dataclasses.replace(cfg, logger=dataclasses.replace(cfg.logger, group=f"pipeline-{run_identity(cfg)}"))
     clock = _Clock()
     probe = clock("probe", run_probe, _stage(cfg, "probe"))
     select = clock("select", run_select, _stage(cfg, "select", select=SelectConfig(probe_run=probe["run_dir"])))

@@ -3,9 +3,11 @@
     python launch.py stage=report 'runs=[outputs/eval-travel-null-…,outputs/eval-travel-oracle-…]'
 
 Writes report.md and PNGs into the report's run folder: before/after, models side by side
-(best and second best marked), cost and reliability, one task's attempts as a grid, a per-domain
-heat map, pass@k and pass^k curves. The bill covers every try (retried errors included); a task
-with fewer judged attempts than asked stops the report unless `report.allow_incomplete=true`.
+(best and second best marked), cost and reliability, the attempts of the tasks that changed as a
+grid, a per-domain heat map, pass@k and pass^k curves. Runs are labelled by the agent that played
+them (a served agent by its `serve.agent_name`). The bill covers every try (retried errors included);
+a task with fewer judged attempts than asked stops the report unless `report.allow_incomplete=true`.
+Runs of different k get a report per k (`k<K>/report.md`), then a one-line refusal (exit 2).
 """
 
 from __future__ import annotations
@@ -21,15 +23,19 @@ from tbx.config import Config
 from tbx.cost import parse_price_table
 from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
-from tbx.report import RunData, render_report
+from tbx.report import INTERVAL_COLUMNS, RunData, render_report
 from tbx.runs import resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
+from tbx.view import viewer_command
 
 MODEL_POLICY = "tbx.policies.model.from_config"
 
 
 def _agent_model(run_cfg: dict[str, Any]) -> tuple[str, float, float]:
+    """The agent that played the run (as labels name it) and its prices per million tokens."""
+    if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; tbx sees no tokens of it
+        return run_cfg["serve"]["agent_name"], 0.0, 0.0
     policy, model = run_cfg["policy"], run_cfg["model"]
     if policy["_target_"] != MODEL_POLICY:
         return policy["name"], 0.0, 0.0  # oracle, null, replay: no model tokens
@@ -58,10 +64,26 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
             roles[role] = endpoint["model"]
             table[endpoint["model"]] = {"input": endpoint["price_input_per_mtok"],
                                         "output": endpoint["price_output_per_mtok"]}
-    return RunData(name=name or run_cfg["policy"]["name"], records=list(finals.values()), model_name=agent,
+    return RunData(name=name or agent, records=list(finals.values()), model_name=agent,
                    prices=parse_price_table(table, f"{run_dir}/config.yaml"), k=run_cfg["eval"]["attempts"],
                    user_model=roles.get("user", ""), judge_model=roles.get("judge", ""),
                    allow_incomplete=allow_incomplete, billed_records=tries)
+
+
+def _by_k(runs: list[RunData]) -> dict[int, list[RunData]]:
+    """The runs grouped by k (attempts per task), in the order given."""
+    groups: dict[int, list[RunData]] = {}
+    for run in runs:
+        groups.setdefault(run.k, []).append(run)
+    return groups
+
+
+def _render(cfg: Config, runs: list[RunData], out: Path):  # noqa: ANN202 - ReportFiles
+    try:
+        return render_report(runs, out, rng=np.random.default_rng(cfg.seed), resamples=cfg.report.resamples)
+    except IncompleteInventoryError as exc:
+        raise ConfigError(str(cfg.runs), "report.allow_incomplete", str(exc),
+                          "re-run the missing attempts, or set report.allow_incomplete=true") from exc
 
 
 def run_report(cfg: Config) -> dict[str, Any]:
@@ -73,20 +95,52 @@ def run_report(cfg: Config) -> dict[str, Any]:
     names = cfg.report.names or [""] * len(cfg.runs)
     runs = [load_run(Path(r), n, cfg.store.url, cfg.report.allow_incomplete) for r, n in zip(cfg.runs, names,
                                                                                                strict=True)]
+    labels = [r.name for r in runs]
+    if len(set(labels)) != len(labels):
+        raise ConfigError("conf/config.yaml", "report.names", f"the runs would be labelled {labels}, and a label "
+                          "names one run in every table", "give report.names=[...] with one distinct name per run")
     run_dir = resolve_run_dir(cfg)
     save_run_meta(run_dir, cfg)
-    try:
-        files = render_report(runs, run_dir, rng=np.random.default_rng(cfg.seed), resamples=cfg.report.resamples)
-    except IncompleteInventoryError as exc:
-        raise ConfigError(str(cfg.runs), "report.allow_incomplete", str(exc),
-                          "re-run the missing attempts, or set report.allow_incomplete=true") from exc
+    groups = _by_k(runs)
+    if len(groups) > 1:
+        _report_per_k(cfg, groups, run_dir)
+    files = _render(cfg, runs, run_dir)
     with stage_sink(cfg, run_dir) as sink:
-        for index, table in enumerate(files.tables, 1):
-            sink.table(f"report/table{index}", table.columns, table.rows)
-        for path in files.png_paths:
-            sink.image(f"report/{path.stem}", path)
+        _log_report(sink, files)
     print(f"report of {len(runs)} runs -> {files.markdown_path}")
     for path in files.png_paths:
         print(f"  figure {path}")
+    print(f"look at the episodes: {viewer_command(cfg.runs)}")
     return {"run_dir": str(run_dir), "markdown": str(files.markdown_path),
             "figures": [str(p) for p in files.png_paths], "tables": [t.to_dict() for t in files.tables]}
+
+
+def _flat(value: Any) -> Any:
+    """A cell W&B tables take: an interval [estimate, low, high] as text, everything else as it is."""
+    return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]" if isinstance(value, list) else value
+
+
+def _log_report(sink, files) -> None:  # noqa: ANN001 - a Sink, ReportFiles
+    """The tables (intervals also as numeric columns), the figures, and pass@k / pass^k as line plots."""
+    for index, table in enumerate(files.tables, 1):
+        sink.table(f"report/table{index}", table.columns, [[_flat(v) for v in row] for row in table.rows])
+    sink.table("report/intervals", INTERVAL_COLUMNS, files.intervals)
+    for path in files.png_paths:
+        sink.image(f"report/{path.stem}", path)
+    if files.curves and len(next(iter(files.curves.values()))["ks"]) > 1:  # at k = 1 a curve is one point
+        ks = next(iter(files.curves.values()))["ks"]
+        for key, title in (("pass_at_k", "pass@k: solved at least once in k"), ("pass_hat_k", "pass^k: solved in all k")):
+            sink.lines(f"report/{key}", ks, {name: c[key] for name, c in files.curves.items()}, title, "k")
+
+
+def _report_per_k(cfg: Config, groups: dict[int, list[RunData]], run_dir: Path) -> None:
+    """Runs of different k do not compare: a report per k (in k<K>/), then the one-line refusal (exit 2)."""
+    written = []
+    for k, group in groups.items():
+        files = _render(cfg, group, run_dir / f"k{k}")
+        written.append(str(files.markdown_path))
+        print(f"report of the {len(group)} run(s) at k={k} -> {files.markdown_path}")
+    ks = ", ".join(f"{r.name} k={r.k}" for group in groups.values() for r in group)
+    raise ConfigError(str(run_dir), "runs", f"the runs have different k (attempts per task: {ks}), and pass@k "
+                      "and observed k/k only compare at one k", f"read the per-k reports ({', '.join(written)}), "
+                      "or compare runs evaluated with the same eval.attempts")

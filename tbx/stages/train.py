@@ -8,7 +8,8 @@ verdicts become rewards, one token-mean GRPO update of a transformers copy follo
 its weights reach the running vLLM before the next step's rollouts (tbx/policies/trainable.py).
 Checkpoints (weights, optimizer, sampler position, random generators) let a killed run resume
 where it stopped, the server's weights included; the trained model is saved as a Hugging Face
-folder for `stage=eval`. On
+folder for `stage=eval`. After each step `curves.png` in the run folder plots the step metrics
+(tbx/plots/training.py), W&B or not. On
 clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/verl_bridge).
 """
 
@@ -35,6 +36,7 @@ from tbx.config import Config
 from tbx.durable import publish_folder, write_text
 from tbx.episodes import run_episode
 from tbx.errors import ConfigError
+from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.preemption import run_loop
 from tbx.records import PoolManifest, TrainState
@@ -154,6 +156,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
         sink.log(metrics, step=step + 1)
         state.history.append(metrics)
         state.step = step + 1
+        training_curves_figure(state.history, run.checkpoints.parent / "curves.png")  # beside the checkpoints
         print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
                        for k, v in metrics.items() if not k.startswith("train/sampler/") or "zero_variance" in k),
               file=sys.stderr)

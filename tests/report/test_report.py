@@ -68,9 +68,12 @@ def test_markdown_has_three_tables_with_marked_best(report) -> None:  # noqa: AN
     assert "| mixed | _$57.60_ | **$4.431** | **$28.80** |" in table3
     assert "| oracle | $324.00 | _$13.500_ | _$54.00_ |" in table3
     table1 = md.split("Table 1.")[1].split("Table 2.")[0]
-    assert "| pass@1 (%) | 0.00 | 56.52 | +56.52 pp | 100.00 | +100.00 pp |" in table1
-    assert "| tasks at 4/4 | 0 | 2 | +2 | 6 | +6 |" in table1
-    assert "| errors and exclusions (not failures) | 0 | 1 | +1 | 0 | +0 |" in table1
+    # the paired column: oracle beats null by 100 pp on every task, so every resample gives exactly +100
+    assert "| pass@1 (%) | 0.00 | 56.52 | +56.52 pp | +56.52 [" in table1
+    assert "| 100.00 | +100.00 pp | +100.00 [+100.00, +100.00] |" in table1
+    assert "| tasks at 4/4 | 0 | 2 | +2 |  | 6 | +6 |  |" in table1
+    assert "| errors and exclusions (not failures) | 0 | 1 | +1 |  | 0 | +0 |  |" in table1
+    assert "5 tasks better, 0 worse" in table1  # travel/2 is FFFF in both
     assert "infra_error 1" in md  # the run list names the error
     for png in report.png_paths:
         assert f"]({png.name})" in md
@@ -78,9 +81,10 @@ def test_markdown_has_three_tables_with_marked_best(report) -> None:  # noqa: AN
 
 def test_tables_as_plain_rows(report) -> None:  # noqa: ANN001
     table1, table2, table3 = report.tables
-    assert table1.columns == ("metric", "null", "mixed", "change (mixed)", "oracle", "change (oracle)")
-    assert table1.rows[0] == ("pass@1 (%)", 0.0, pytest.approx(100 * 13 / 23), pytest.approx(100 * 13 / 23),
-                              100.0, 100.0)
+    assert table1.columns == ("metric", "null", "mixed", "change (mixed)", "paired change, 95% CI (mixed)",
+                              "oracle", "change (oracle)", "paired change, 95% CI (oracle)")
+    assert table1.rows[0][:4] == ("pass@1 (%)", 0.0, pytest.approx(100 * 13 / 23), pytest.approx(100 * 13 / 23))
+    assert table1.rows[0][5:] == (100.0, 100.0, [100.0, 100.0, 100.0])
     assert table2.rows[2][:3] == ("oracle", "big", 100.0)
     assert table2.marks[2][2] == "best" and table2.marks[1][2] == "second" and table2.marks[0][2] == ""
     mixed_cost = dict(zip(table3.columns, table3.rows[1], strict=True))

@@ -45,6 +45,9 @@ def test_the_trained_model_is_evaluated_under_its_own_name(tmp_path, monkeypatch
     reports = [c for c in seen if c.stage.name == "report"]
     assert [list(r.runs) for r in reports] == [steps["eval"]["benchmark"], steps["eval"]["held-out"]]
     assert all(list(r.report.names) == [cfg.model.name, f"{cfg.model.name}-grpo"] for r in reports)
+    # one W&B group for every run of the pipeline, the reports' too
+    groups = {c.logger.group for c in seen}
+    assert len(groups) == 1 and groups.pop().startswith("pipeline-")
 
 
 def test_the_held_out_seed_must_differ_from_the_training_seed(tmp_path):

@@ -1,0 +1,70 @@
+"""stage=view: look at stored runs in the browser, or write them as static HTML.
+
+    python launch.py stage=view 'runs=[outputs/eval-…-base,outputs/eval-…-trained]'
+    python launch.py stage=view store.url=postgresql+psycopg://…            # every run in that store
+    python launch.py stage=view 'runs=[…]' view.export=site/                # static pages, no server
+
+Pages: runs (the headline with intervals, per domain), attempts (filter by domain, family, outcome,
+judge decision; search by task id; paged), an episode (transcript, verdict with its row diff and the
+extra side effects marked, judge evidence, tokens, cost, seeds, weights, the task's goal and reference)
+and compare (per task k/n in both runs, flips, the paired difference, both episodes of an attempt).
+Loopback by default; any other `view.host` needs `view.token_env` (as stage=serve). Reads only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tbx.config import Config
+from tbx.errors import ConfigError
+from tbx.view.store import load_runs
+
+
+def run_view(cfg: Config) -> dict[str, Any]:
+    if not cfg.runs and not cfg.store.url:
+        raise ConfigError("conf/config.yaml", "runs", "is empty", "give runs=[RUN_DIR,...] (the folders stage=eval "
+                          "printed), or store.url=URL for every run in that results database")
+    runs = load_runs(cfg.runs, cfg.store.url)
+    try:
+        if cfg.view.export is not None:
+            from tbx.view.export import export_site
+
+            written = export_site(runs, Path(cfg.view.export), cfg.view.page_size)
+            index = Path(cfg.view.export) / "index.html"
+            print(f"viewer: {len(written)} pages of {len(runs)} run(s) -> {index}")
+            return {"export": str(index), "pages": len(written)}
+        asyncio.run(_serve(cfg, runs))
+        return {"served": True}
+    finally:
+        for run in runs:
+            run.close()
+
+
+async def _serve(cfg: Config, runs) -> None:  # noqa: ANN001 - list[StoredRun]
+    import uvicorn
+
+    from tbx.view.app import viewer_app
+
+    token = os.environ.get(cfg.view.token_env) if cfg.view.token_env else None
+    server = uvicorn.Server(uvicorn.Config(viewer_app(runs, cfg.view.page_size, token), host=cfg.view.host,
+                                           port=cfg.view.port, log_level="warning"))
+    serving = asyncio.create_task(server.serve())
+    while not server.started and not serving.done():
+        await asyncio.sleep(0.02)
+    if serving.done():  # uvicorn exits (SystemExit) when it cannot bind
+        try:
+            await serving
+        except SystemExit:
+            pass
+        raise ConfigError("conf/stage/view.yaml", "view.port", f"cannot listen on {cfg.view.host}:{cfg.view.port} "
+                          "(in use?)", "give a free port, or view.port=0 for any free one")
+    host = cfg.view.host
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    url = f"http://{f'[{host}]' if ':' in host else host}:{bound}/"
+    needs = f" (open it with ?token=<the value of ${cfg.view.token_env}>)" if token else ""
+    print(f"viewer of {len(runs)} run(s) at {url}{needs}; Ctrl-C stops it", flush=True, file=sys.stdout)
+    await serving

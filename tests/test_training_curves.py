@@ -1,0 +1,36 @@
+"""stage=train's curves.png (tbx/plots/training.py): the six per-step panels from a GRPO history, with a
+gap where a step logged nothing (no update: no loss) or NaN (log-prob gap at a temperature other than 1)."""
+
+import math
+
+import pytest
+
+from tbx.plots.training import PANELS, _series, training_curves_figure
+
+HISTORY = [
+    {"train/step": 1, "train/reward_mean": 0.25, "train/pool_pass_at_1_so_far": 0.25,
+     "train/sampler/zero_variance_rate": 1.0},  # every group had equal rewards: no update, no loss
+    {"train/step": 2, "train/reward_mean": 0.5, "train/pool_pass_at_1_so_far": 0.375, "train/loss": 0.12,
+     "train/grad_norm": 1.5, "train/sampler/zero_variance_rate": 0.5, "train/logprob_gap": math.nan},
+    {"train/step": 3, "train/reward_mean": 0.75, "train/pool_pass_at_1_so_far": 0.5, "train/loss": -0.03,
+     "train/grad_norm": 0.9, "train/sampler/zero_variance_rate": 0.0, "train/logprob_gap": 0.002},
+]
+
+
+def test_series_skip_steps_that_logged_nothing():
+    # pool pass@1 so far = mean of every reward so far: (0.25 + 0.5 * 1 + ...) as the trainer logs it
+    assert _series(HISTORY, "train/pool_pass_at_1_so_far") == ([1, 2, 3], [0.25, 0.375, 0.5])
+    assert _series(HISTORY, "train/loss") == ([2, 3], [0.12, -0.03])
+    assert _series(HISTORY, "train/logprob_gap") == ([3], [0.002])  # NaN at step 2 is a gap
+    assert [key for key, _ in PANELS] == ["train/reward_mean", "train/pool_pass_at_1_so_far", "train/loss",
+                                          "train/grad_norm", "train/sampler/zero_variance_rate",
+                                          "train/logprob_gap"]
+
+
+def test_curves_png_is_written_atomically(tmp_path):
+    path = training_curves_figure(HISTORY, tmp_path / "curves.png", "three steps")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["curves.png"]  # no partial file left
+    with pytest.raises(ValueError, match="history is empty"):
+        training_curves_figure([], tmp_path / "none.png")
