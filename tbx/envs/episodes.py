@@ -16,9 +16,10 @@ turn limit, injected `faults`, the terminal-state verdict): the adapters only tr
 - Seeds: attempt `a` of a task is seeded as `stage=eval` seeds attempt `a`; attempts are numbered on
   from what the store already holds, so a reloaded task set continues its run.
 - The end: `finish(final_text)` delivers the consumer's last message (the rollout ended without a tool
-  call) to the user as a reply; if the user still has not ended the conversation the agent leaves, and
-  the outcome is `abandoned` (0), as for a served session that closes early. `result.reward` is 1 or 0
-  for a verdict, None for a harness error (never a 0); a result the store could not keep is raised.
+  call) to the user as a reply; if the user still has not ended the conversation, the conversation ends
+  there (`ended_by=rollout_end`, an agent fault like a context overflow) and the state is graded, as
+  tbx's own trainer grades a rollout whose token budget ran out. `result.reward` is 1 or 0 for a
+  verdict, None for a harness error (never a 0); a result the store could not keep is raised.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.config import Config, register_configs
 from tbx.config_checks import check_config, compose_config, config_object
 from tbx.episodes import run_episode
+from tbx.errors import AgentFault
 from tbx.records import EpisodeResult
 from tbx.runs import record_engine
 from tbx.serve.episode import Reply, ServedEpisode
@@ -122,7 +124,8 @@ class Episode:
         if served.result is None and final_text:
             await served.reply_to_user(final_text)
         if served.result is None:
-            served.leave()
+            served.leave(AgentFault("rollout_end", f"the {self.tasks.consumer} rollout ended before the user "
+                                    "ended the conversation"))
         assert served.task is not None  # opened: `user_message` started it
         await served.task  # raises what stopped it without a result (the store failed)
         assert served.result is not None
