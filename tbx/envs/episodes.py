@@ -89,6 +89,7 @@ class Episode:
         self.tasks, self.served = tasks, served
         self.task_id, self.attempt = served.task_id, served.attempt
         self.opening = ""
+        self.steps = 0  # tool calls and replies so far
 
     @property
     def over(self) -> bool:
@@ -101,19 +102,26 @@ class Episode:
     async def _open(self) -> None:
         self.opening = (await self.served.user_message()).text
 
+    async def auser_message(self) -> Reply:
+        return await self.tasks.loop.arun(self.served.user_message())
+
     async def acall_tool(self, name: str, arguments: dict[str, Any]) -> Reply:
+        self.steps += 1
         return await self.tasks.loop.arun(self.served.call_tool(name, arguments))
 
     async def areply(self, text: str) -> Reply:
+        self.steps += 1
         return await self.tasks.loop.arun(self.served.reply_to_user(text))
 
     async def afinish(self, final_text: str | None = None) -> EpisodeResult:
         return await self.tasks.loop.arun(self._finish(final_text))
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> Reply:
+        self.steps += 1
         return self.tasks.loop.run(self.served.call_tool(name, arguments))
 
     def reply(self, text: str) -> Reply:
+        self.steps += 1
         return self.tasks.loop.run(self.served.reply_to_user(text))
 
     def finish(self, final_text: str | None = None) -> EpisodeResult:
