@@ -177,6 +177,9 @@ class FakeOpenAIServer:
                     server._count_in_flight(-1)
                 if stopped:
                     return
+                if isinstance(body, dict) and body.get("stream") and reply.status == 200 and reply.raw is None:
+                    self._send(200, _event_stream(reply.body), {"content-type": "text/event-stream"})
+                    return
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self._send(reply.status, payload, reply.headers)
 
@@ -186,9 +189,9 @@ class FakeOpenAIServer:
             def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    headers = {"content-type": "application/json"} | (headers or {})
                     self.send_header("content-length", str(len(payload)))
-                    for name, value in (headers or {}).items():
+                    for name, value in headers.items():
                         self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(payload)
@@ -196,3 +199,14 @@ class FakeOpenAIServer:
                     pass  # the client gave up (a timeout test); nothing to answer
 
         return Handler
+
+
+def _event_stream(body: dict[str, Any]) -> bytes:
+    """A scripted completion as a chat-completions stream (`"stream": true`): one chunk with the whole
+    message, one with the finish reason and usage, then `[DONE]`."""
+    choice = body["choices"][0]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body.get("created", 0), "model": body["model"]}
+    chunks = [base | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None}]},
+              base | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+                      "usage": body.get("usage")}]
+    return b"".join(f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks) + b"data: [DONE]\n\n"
