@@ -10,4 +10,9 @@ bash scripts/setup.sh
 if [ "${TBX_SKIP_VERL_CHECK:-0}" != 1 ]; then
   bash scripts/setup_verl_check.sh -q
 fi
+# The adapters of tbx.envs against TRL, verifiers and OpenEnv, in .venv-envs (tests/envs, marker `envs`; in
+# .venv they skip). TBX_SKIP_ENVS=1 skips them.
+if [ "${TBX_SKIP_ENVS:-0}" != 1 ]; then
+  .venv-envs/bin/python -m pytest -m envs tests/envs -q -p no:cacheprovider
+fi
 exec .venv/bin/python -m pytest "$@"
