@@ -21,4 +21,10 @@ if [ "$VERL_TESTS" = 1 ]; then
   echo "[test] the verl suite in .venv-vllm"
   .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider "$@" || status=$?
 fi
+# The adapters of tbx.envs against TRL, verifiers and OpenEnv, in .venv-envs (tests/envs, marker `envs`; in
+# .venv they skip). Run with the whole suite; TBX_SKIP_ENVS=1 skips them.
+if [ "${TBX_SKIP_ENVS:-0}" != 1 ] && [ $# -eq 0 ]; then
+  echo "[test] the envs suite in .venv-envs"
+  .venv-envs/bin/python -m pytest -m envs tests/envs -q -p no:cacheprovider || status=$?
+fi
 exit $status

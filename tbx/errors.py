@@ -32,11 +32,12 @@ class VerifierError(TbxError):
 class AgentFault(TbxError):
     """The agent's own turn ended the conversation: its conversation outgrew the model's context window,
     the endpoint refused a request the agent's messages made, the provider's filter refused it, or
-    the turn ran past `eval.turn_timeout_s`. Not an error of the harness: the conversation stops like
+    the turn ran past `eval.turn_timeout_s`, or the consumer's rollout ended (`tbx.envs`: a trainer's
+    conversation ended without the user ending it, e.g. its token budget ran out). Not an error of the harness: the conversation stops like
     at the turn limit and the terminal state is graded (a failure unless the work was already done).
     `reason` is the episode's `ended_by`; see `docs/guarantees.md` for every way an episode ends."""
 
-    REASONS = ("context_overflow", "request_refused", "content_filter", "turn_timeout")
+    REASONS = ("context_overflow", "request_refused", "content_filter", "turn_timeout", "rollout_end")
 
     def __init__(self, reason: str, detail: str):
         if reason not in self.REASONS:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tbx.errors import AgentLeft
+from tbx.errors import AgentFault, AgentLeft
 from tbx.messages import AssistantTurn, Message, ToolCall, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.records import ERROR_OUTCOMES, EpisodeResult
@@ -55,7 +55,7 @@ class ServedEpisode(Policy, Agent):
                  record: Callable[[ServedEpisode, EpisodeResult | None], None], name: str = "served"):
         self.task_id, self.attempt, self.name = task_id, attempt, name
         self._play, self._record = play, record
-        self._inbox: asyncio.Queue[tuple[AssistantTurn, asyncio.Future[Reply]] | None] = asyncio.Queue()
+        self._inbox: asyncio.Queue[tuple[AssistantTurn, asyncio.Future[Reply]] | AgentFault | None] = asyncio.Queue()
         self._waiting: asyncio.Future[Reply] | None = None  # the call whose turn the loop is playing
         self._ready = asyncio.Event()  # the loop asked for the first turn, or the episode is over
         self._messages: Sequence[Message] = ()
@@ -87,14 +87,15 @@ class ServedEpisode(Policy, Agent):
         next(self._call_ids)  # a text turn takes a step number too, as in the reference policy's call ids
         return await self._turn(AssistantTurn(content=text))
 
-    def leave(self) -> bool:
+    def leave(self, ending: AgentFault | None = None) -> bool:
         """The client's session ended. False when the episode never started (nothing to record: the
         attempt can go to another session); True otherwise (the loop records `abandoned` unless the
-        episode is over already)."""
+        episode is over already). With `ending` (tbx.envs: a consumer's rollout ended), the conversation
+        ends as that agent fault instead, and the state is graded."""
         if not self.started:
             return False
         if self.result is None:
-            self._inbox.put_nowait(None)
+            self._inbox.put_nowait(ending)
         return True
 
     async def _turn(self, turn: AssistantTurn) -> Reply:
@@ -126,7 +127,7 @@ class ServedEpisode(Policy, Agent):
                 late = Reply(_end_note(self.result), is_error=True)
             while not self._inbox.empty():  # calls sent after the last turn was taken
                 item = self._inbox.get_nowait()
-                if item is not None and not item[1].done():
+                if isinstance(item, tuple) and not item[1].done():
                     item[1].set_result(late)
 
     def _answer(self, text: str, of: Reply) -> None:
@@ -148,6 +149,8 @@ class ServedEpisode(Policy, Agent):
         item = await self._inbox.get()
         if item is None:
             raise AgentLeft(f"the session of {self.task_id} attempt {self.attempt} ended")
+        if isinstance(item, AgentFault):
+            raise item
         turn, self._waiting = item
         return turn
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -76,9 +76,10 @@ class FakeOpenAIServer:
     """`with FakeOpenAIServer() as server:` then `server.script(...)`, `server.base_url`, `server.requests`."""
 
     def __init__(self, models: Sequence[str] = ("fake-model",), default: Scripted | None = None,
-                 host: str = "127.0.0.1", port: int = 0):
+                 host: str = "127.0.0.1", port: int = 0, respond: Callable[[Any], Scripted] | None = None):
         self.models = list(models)
         self.default = default  # answer when the queue is empty; None: a 500 that names the problem
+        self.respond = respond  # answers each chat request from its body instead of the queue (a scripted agent)
         self.requests: list[Recorded] = []
         self.in_flight = 0  # chat requests being answered now
         self.max_in_flight = 0  # the most at once, to check a client's concurrency limit
@@ -169,13 +170,16 @@ class FakeOpenAIServer:
                 if self.path != "/v1/chat/completions":
                     self._send(404, b'{"error": "not found"}')
                     return
-                reply = server._next_reply()
+                reply = server.respond(body) if server.respond is not None else server._next_reply()
                 server._count_in_flight(+1)  # counted until the answer is sent, so no race with the client
                 try:
                     stopped = bool(reply.delay_s) and server._stopping.wait(reply.delay_s)
                 finally:
                     server._count_in_flight(-1)
                 if stopped:
+                    return
+                if isinstance(body, dict) and body.get("stream") and reply.status == 200 and reply.raw is None:
+                    self._send(200, _event_stream(reply.body), {"content-type": "text/event-stream"})
                     return
                 payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
                 self._send(reply.status, payload, reply.headers)
@@ -186,9 +190,9 @@ class FakeOpenAIServer:
             def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
                 try:
                     self.send_response(status)
-                    self.send_header("content-type", "application/json")
+                    headers = {"content-type": "application/json"} | (headers or {})
                     self.send_header("content-length", str(len(payload)))
-                    for name, value in (headers or {}).items():
+                    for name, value in headers.items():
                         self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(payload)
@@ -196,3 +200,14 @@ class FakeOpenAIServer:
                     pass  # the client gave up (a timeout test); nothing to answer
 
         return Handler
+
+
+def _event_stream(body: dict[str, Any]) -> bytes:
+    """A scripted completion as a chat-completions stream (`"stream": true`): one chunk with the whole
+    message, one with the finish reason and usage, then `[DONE]`."""
+    choice = body["choices"][0]
+    base = {"id": body["id"], "object": "chat.completion.chunk", "created": body.get("created", 0), "model": body["model"]}
+    chunks = [base | {"choices": [{"index": 0, "delta": choice["message"], "finish_reason": None}]},
+              base | {"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}],
+                      "usage": body.get("usage")}]
+    return b"".join(f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks) + b"data: [DONE]\n\n"

@@ -1,0 +1,61 @@
+"""TRL's GRPOTrainer trains the embedded SmolLM2-135M on tbx tasks through `tbx.envs.trl` (docs/environments.md).
+
+    .venv-envs/bin/python examples/trl_grpo.py [STEPS] [tbx overrides ...]
+    .venv-envs/bin/python examples/trl_grpo.py 2 tasks=train_sample out_root=/tmp/tbx-trl
+
+TRL's own generation (transformers, CPU, no vLLM); the reward is tbx's verdict (`tbx_trl.reward`),
+every rollout is stored in the run's results store with `trl` as the agent. SmolLM2's chat template
+has no tool calls, so it gets TRL's Qwen2.5 template (ChatML, the same special tokens) and TRL's
+parser for it. Prints one JSON line: steps, seconds, the rewards TRL logged and the run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def tokenizer_with_tools(directory: str):  # noqa: ANN201 - a transformers tokenizer
+    from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
+
+    from tbx.policies.hf_model import load_tokenizer
+
+    tokenizer = load_tokenizer(directory)
+    tokenizer.chat_template = qwen2_5_chat_template
+    return add_response_schema(tokenizer)
+
+
+def train(steps: int, overrides: list[str]) -> dict:
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tbx.envs import trl as tbx_trl
+    from tbx.policies.hf_model import load_directory, model_directory
+
+    start = time.perf_counter()
+    tasks = tbx_trl.load(*overrides)
+    try:
+        directory, _ = model_directory(tasks.cfg.model)  # the packaged GGUF, converted once into the cache
+        model, _ = load_directory(directory, "float32")
+        args = GRPOConfig(output_dir=str(tasks.run_dir / "trl"), max_steps=steps, per_device_train_batch_size=4,
+                          num_generations=4, max_completion_length=96, max_tool_calling_iterations=2,
+                          learning_rate=1e-5, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                          bf16=False, temperature=1.0, seed=tasks.cfg.seed, dataloader_num_workers=0)
+        trainer = GRPOTrainer(model=model, processing_class=tokenizer_with_tools(str(directory)), args=args,
+                              train_dataset=tbx_trl.dataset(tasks, repeat=steps),
+                              environment_factory=tbx_trl.environment_factory(tasks), reward_funcs=tbx_trl.reward)
+        trainer.train()
+        logged = [entry for entry in trainer.state.log_history if "reward" in entry]
+        return {"steps": trainer.state.global_step, "seconds": round(time.perf_counter() - start, 1),
+                "rewards": [entry["reward"] for entry in logged], "run_dir": str(tasks.run_dir)}
+    finally:
+        tasks.close()
+
+
+if __name__ == "__main__":
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 2
+    print(json.dumps(train(count, sys.argv[2:] or ["tasks=train_sample"])))

@@ -1,0 +1,171 @@
+"""tbx.envs.trl, driven as GRPOTrainer drives an environment: `reset(**row)`, the tool methods called with the
+model's arguments as keywords, the schema rendered by transformers from the methods, and the reward
+function over the completions and environments. Real episodes (SQLite clones, the scripted user, the grader).
+The training run itself: test_trl_train.py."""
+
+import asyncio
+import threading
+
+import pytest
+
+from tbx.envs.episodes import TaskSet
+from tbx.policies.reference import DONE
+from tests.envs import SAMPLE, eval_records, overrides, play_reference, same_verdict
+
+pytest.importorskip("trl", reason="trl is not installed here: scripts/setup_envs.sh builds .venv-envs with it")
+pytestmark = pytest.mark.envs
+
+from tbx.envs import trl as tbx_trl  # noqa: E402
+
+
+def say(text):
+    return [{"role": "assistant", "content": text}]
+
+
+def score(environments, completions):
+    return asyncio.run(tbx_trl.reward(completions=completions, environments=environments))
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("trl")
+    tasks = tbx_trl.load(*overrides(tmp), *SAMPLE)
+    yield tasks, tmp
+    tasks.close()
+
+
+def test_the_reference_scores_1_and_the_null_agent_0_with_stage_eval_s_verdicts(sample):
+    tasks, tmp = sample
+    oracle, null = eval_records(tmp, "oracle", *SAMPLE), eval_records(tmp, "null_agent", *SAMPLE)
+    environment = tbx_trl.environment_factory(tasks)()
+    for row in tbx_trl.rows(tasks):
+        task = tasks.task(row["task_id"])
+        assert environment.reset(**row) == task.user.opening_message
+        final = play_reference(task, lambda name, args: getattr(environment, name)(**args), environment.reply_to_user)
+        assert score([environment], [say(final) if final else [{"role": "tool", "content": "..."}]]) == [1.0]
+        same_verdict(environment.episode.result, oracle[task.id])
+    environment = tbx_trl.environment_factory(tasks)()
+    for row in tbx_trl.rows(tasks):
+        environment.reset(**row)
+        assert score([environment], [say(DONE)]) == [0.0]
+        same_verdict(environment.episode.result, null[row["task_id"]])
+
+
+def test_rows_and_the_schema_transformers_renders_from_the_methods(sample):
+    from transformers.utils import get_json_schema
+
+    tasks, _ = sample
+    environment = tbx_trl.environment_factory(tasks)()
+    row = tbx_trl.rows(tasks)[0]
+    assert row["prompt"][0] == {"role": "system", "content": tasks.task(row["task_id"]).policy}
+    assert "environment" not in row  # one domain: one environment class
+    schema = get_json_schema(environment.verify_identity)["function"]
+    assert schema["name"] == "verify_identity"
+    assert schema["parameters"]["properties"]["employee_id"] == {"type": "integer",
+                                                                 "description": "The employee's numeric ID."}
+    assert schema["parameters"]["required"] == ["employee_id"]
+    assert "text" in get_json_schema(environment.reply_to_user)["function"]["parameters"]["properties"]
+
+
+def test_several_domains_give_a_factory_per_domain_and_rows_that_name_it(tmp_path):
+    with tbx_trl.load(*overrides(tmp_path), "tasks=sample") as tasks:
+        factories = tbx_trl.environment_factory(tasks)
+        assert set(factories) == {tasks.task(t).domain for t in tasks.task_ids}
+        assert all(row["environment"] == tasks.task(row["task_id"]).domain for row in tbx_trl.rows(tasks))
+        travel = factories["travel"]()
+        assert hasattr(travel, "verify_identity") and not hasattr(travel, "find_order")
+
+
+def test_a_hostile_call_gets_the_tool_error_mcp_gives(tmp_path):
+    import mcp
+
+    from tbx.serve.server import episode_server
+    from tests.serve.test_episode import serve_one
+
+    calls = [("get_account", {"account_id": "1; DROP TABLE accounts"}), ("get_account", {"account_id": 1, "sql": "x"}),
+             ("transfer", {"from_account": 1}), ("transfer", {"from_account": 1, "to_account": 2, "amount": -5}),
+             ("set_nickname", {"account_id": 999, "nickname": "'); DELETE FROM accounts; --"})]
+    with tbx_trl.load(*overrides(tmp_path), "tasks=mock") as tasks:
+        environment = tbx_trl.environment_factory(tasks)()
+        environment.reset(task_id=tasks.task_ids[0])
+        through_trl = [getattr(environment, name)(**args) for name, args in calls]
+        runtime = tasks.run.runtimes[tasks.task_ids[0]]
+
+        async def client_script(client: mcp.Client):
+            await client.call_tool("get_user_message", {})
+            return [(await client.call_tool(name, args)).content[0].text for name, args in calls]
+
+        over_mcp, _, _ = asyncio.run(serve_one(runtime, tasks.run.backend, client_script))
+        assert episode_server  # the same server stage=serve runs
+    assert through_trl == over_mcp
+    assert all(text.startswith("Error:") for text in through_trl), through_trl
+
+
+def test_two_episodes_at_once_each_see_only_their_own_database(tmp_path):
+    with tbx_trl.load(*overrides(tmp_path), "tasks=mock") as tasks:
+        task_id = tasks.task_ids[0]  # send $5 from account 1 to account 2
+        first, second = tbx_trl.environment_factory(tasks)(), tbx_trl.environment_factory(tasks)()
+        first.reset(task_id=task_id)
+        second.reset(task_id=task_id)
+        balances = []
+        barrier = threading.Barrier(2)
+
+        def play(environment, transfer):
+            barrier.wait()
+            if transfer:
+                environment.transfer(from_account=1, to_account=2, amount=5)
+            balances.append((transfer, environment.get_account(account_id=1)))
+
+        threads = [threading.Thread(target=play, args=(env, move)) for env, move in ((first, True), (second, False))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert dict(balances)[True].count('"balance": 95') == 1 and dict(balances)[False].count('"balance": 100') == 1
+        assert first.episode.attempt != second.episode.attempt
+        rewards = score([first, second], [say(DONE), say(DONE)])
+    assert rewards[1] == 0.0 and first.episode.result.final_delta != second.episode.result.final_delta
+
+
+def test_an_injected_harness_fault_is_none_never_a_0_and_stored_as_an_error(tmp_path):
+    with tbx_trl.load(*overrides(tmp_path), "tasks=mock", "faults=chaos", "faults.tool=1.0",
+                      "faults.db=0", "faults.user=0", "faults.judge=0", "faults.hang=0") as tasks:
+        environment = tbx_trl.environment_factory(tasks)()
+        environment.reset(task_id=tasks.task_ids[0])
+        answer = environment.get_account(account_id=1)
+        assert "harness fault (infra_error)" in answer
+        assert score([environment], [say(DONE)]) == [None]
+        run_dir = tasks.run_dir
+    from tbx.store.results import read_records
+
+    (record,) = read_records(run_dir)
+    assert (record["outcome"], record["reward"], record["extra"]["policy"]) == ("infra_error", None, "trl")
+
+
+def test_a_rollout_that_ends_before_the_user_did_is_graded_as_it_stands(tmp_path):
+    with tbx_trl.load(*overrides(tmp_path), "tasks=mock") as tasks:
+        task = tasks.task(tasks.task_ids[0])
+        environment = tbx_trl.environment_factory(tasks)()
+        environment.reset(task_id=task.id)
+        for step in task.reference:
+            if step.tool is not None:
+                getattr(environment, step.tool)(**step.arguments)
+        # the work is done, but the last message is a tool result: nothing to deliver to the user
+        assert score([environment], [[{"role": "tool", "content": "{}"}]]) == [1.0]
+        result = environment.episode.result
+    assert result.ended_by == "rollout_end" and "trl rollout ended" in result.cause
+
+
+def test_stored_like_any_run_with_the_consumer_as_the_agent(tmp_path):
+    with tbx_trl.load(*overrides(tmp_path), "tasks=mock") as tasks:
+        environment = tbx_trl.environment_factory(tasks)()
+        for row in tbx_trl.rows(tasks):
+            environment.reset(**row)
+            score([environment], [say(DONE)])
+        run_dir = tasks.run_dir
+    assert run_dir.name.startswith("serve-mock-trl-")
+    again = TaskSet.load("trl", *overrides(tmp_path), "tasks=mock")  # the same run, its attempts numbered on
+    try:
+        assert again.run_dir == run_dir and again.open(again.task_ids[0]).attempt == 1
+    finally:
+        again.close()

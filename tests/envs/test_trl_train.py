@@ -1,0 +1,40 @@
+"""TRL's GRPOTrainer trains SmolLM2-135M for 2 steps on CPU through tbx.envs.trl (examples/trl_grpo.py: TRL's
+own generation, the packaged GGUF converted once into the model cache), and every reward it trained on is the
+verdict tbx stored for that rollout, which tbx's grader gives again from the stored terminal state."""
+
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="trl is not installed here: scripts/setup_envs.sh builds .venv-envs with it")
+pytestmark = [pytest.mark.envs, pytest.mark.slow]
+
+
+def test_grpo_trains_two_steps_on_tbx_verdicts(tmp_path, monkeypatch):
+    from examples.trl_grpo import train
+    from tbx.envs import trl as tbx_trl
+    from tbx.stages.regrade import _load_runtimes, regrade_record
+    from tbx.store.results import read_records
+    from tests.envs import overrides
+
+    given = []
+    verdict = tbx_trl.reward
+
+    async def tbx_verdict(completions, environments, **kwargs):
+        rewards = await verdict(completions, environments, **kwargs)
+        given.extend((e.episode.task_id, e.episode.attempt, r) for e, r in zip(environments, rewards, strict=True))
+        return rewards
+
+    monkeypatch.setattr(tbx_trl, "reward", tbx_verdict)
+    summary = train(2, overrides(tmp_path, "tasks=train_sample"))
+    assert summary["steps"] == 2 and len(summary["rewards"]) == 2
+    assert all(math.isfinite(r) for r in summary["rewards"])
+    records = {(r["task_id"], r["attempt"]): r for r in read_records(summary["run_dir"])}
+    assert len(given) == 8 and len(records) == 8  # 2 steps x 4 rollouts, each stored once
+    runtimes = _load_runtimes(Path(summary["run_dir"]))
+    for task_id, attempt, reward in given:
+        record = records[(task_id, attempt)]
+        assert record["reward"] == reward and record["extra"]["policy"] == "trl"
+        if reward is not None:  # a verdict: the grader gives it again from the stored terminal state
+            assert regrade_record(record, runtimes[task_id]) == record["outcome"]
