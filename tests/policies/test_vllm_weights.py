@@ -9,8 +9,14 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tbx.vllm_weights import (HEAD_FILE, save_for_reload, serving_folder, ties_embeddings, untied_copy,
-                              weights_fingerprint)
+from tbx.vllm_weights import (
+    HEAD_FILE,
+    save_for_reload,
+    serving_folder,
+    ties_embeddings,
+    untied_copy,
+    weights_fingerprint,
+)
 
 
 @pytest.fixture
