@@ -15,9 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tbx.errors import TaskFormatError
+from tbx.tasks.files import parse_task_text, read_task_text
 from tbx.tasks.model import FACT_KINDS as KINDS
 from tbx.tasks.model import Checks, ExpectedChange, JudgeRule, PrivateFact, Step, Task, UserScenario
 
@@ -212,21 +211,7 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
 def read_task_file(path: Path) -> list[tuple[dict, str]]:
     """Read a YAML/JSON/JSONL file holding one task, a list of tasks, or {tasks: [...]}."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _fail(source, "(file)", f"cannot be read ({exc.strerror})", "check the path") from exc
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise _fail(source, "(file)", f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
-                    "save the file as UTF-8") from None
-    try:
-        if path.suffix == ".jsonl":
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            items = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise _fail(source, "(file)", f"is not valid YAML/JSON: {exc}".splitlines()[0], "fix the syntax") from exc
+    items = parse_task_text(read_task_text(path), source, jsonl=path.suffix == ".jsonl")
     if isinstance(items, dict) and "tasks" in items:
         items = items["tasks"]
     if isinstance(items, dict):
