@@ -73,7 +73,8 @@ def test_the_reference_through_mcp_is_the_in_process_oracle_turn_for_turn(backen
     assert served.outcome is Outcome.SUCCESS and oracle.outcome is Outcome.SUCCESS
     assert served.transcript == oracle.transcript  # same messages, call ids and tool answers
     assert (served.grade, served.final_delta, served.counts) == (oracle.grade, oracle.final_delta, oracle.counts)
-    assert last.endswith(USER_ENDED) and "###STOP###" in last
+    assert last.endswith(USER_ENDED) and "###STOP###" not in last  # the user's control marker never reaches it
+    assert "###STOP###" not in str(served.transcript)
 
 
 def test_the_listing_is_the_in_process_one_plus_the_user_channel(backend):
