@@ -256,3 +256,24 @@ def test_an_attempt_another_process_gave_back_is_handed_out_again():
         assert campaign.done.is_set()
 
     asyncio.run(main())
+
+
+
+def test_sessions_beyond_the_pending_attempts_are_refused_once_claimed_and_told_to_close_before():
+    """docs/serve.md, as it behaves: a session opened while every pending attempt is claimed is refused
+    (HTTP 503: `next_view` None); sessions opened while one was still pending (more than there are
+    attempts, before any first call) are opened, and the one that finds nothing left is told to close. A
+    session that only lists the tools holds no place, so an inspector never blocks a player."""
+    view = View("policy", ())
+
+    def open_episode(task_id, attempt, record):
+        async def play(agent):
+            return fake_result(task_id, attempt, Outcome.SUCCESS)
+
+        return ServedEpisode(task_id, attempt, play, record)
+
+    campaign = Campaign([("a", 0)], {"a": view}, open_episode, lambda result: True)
+    lister, first, second = (Seat(campaign, campaign.next_view()) for _ in range(3))  # all opened
+    assert first.take().attempt == 0 and campaign.next_view() is None  # a fourth session now: 503
+    assert second.take() is None  # its first call answers NO_ATTEMPT (close this session)
+    lister.end()
