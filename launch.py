@@ -19,6 +19,7 @@ summary (the statuses: tbx/errors.py, docs/guarantees.md).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -62,6 +63,16 @@ def rewrite_aliases(argv: list[str]) -> list[str]:
             continue
         out.append(f"{key}{sep}{value}")
     return flags + out
+
+
+def expand_home(argv: list[str]) -> list[str]:
+    """`key=~/dir` -> `key=/home/me/dir`: what a shell does for `--key=~/dir` but not for `key=~/dir`, and
+    Hydra's override grammar cannot parse a value that starts with `~`. A leading `~key` (delete) stays."""
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        out.append(f"{key}{sep}{os.path.expanduser(value)}" if sep and value.startswith("~") else arg)
+    return out
 
 
 def precheck(argv: list[str]) -> None:
@@ -126,6 +137,6 @@ def without_run_files(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.argv[1:] = without_run_files(rewrite_aliases(with_main_job(sys.argv[1:])))
+    sys.argv[1:] = without_run_files(rewrite_aliases(with_main_job(expand_home(sys.argv[1:]))))
     precheck(sys.argv[1:])
     main()

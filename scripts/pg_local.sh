@@ -16,7 +16,10 @@
 #                 when /dev/shm is a writable tmpfs, else /tmp/tbx-pg. On tmpfs a clone
 #                 (CREATE DATABASE ... TEMPLATE, ~300 files) took ~9 ms; on this VM's ext4 disk
 #                 25-300 ms, growing as the disk's write budget ran out.
-#   PG_PORT       TCP port on 127.0.0.1 (default 55432, away from a system cluster on 5432)
+#   PG_PORT       TCP port on 127.0.0.1 (default 55432, away from a system cluster on 5432). When
+#                 the default is taken by another program, start picks the next free port, says so
+#                 and prints that URL (kept in $PG_LOCAL_DIR/port for stop and env); a PG_PORT you
+#                 set that is taken stops start with an error, never a server on another port.
 #   PG_DURABLE=1  keep fsync, synchronous_commit and full_page_writes on
 #
 # Run it as root: it installs packages and runs the server as user postgres (initdb and pg_ctl
@@ -32,7 +35,7 @@ default_dir() {
   fi
 }
 DIR=${PG_LOCAL_DIR:-$(default_dir)}
-PORT=${PG_PORT:-55432}
+PORT=${PG_PORT:-$(cat "$DIR/port" 2>/dev/null || echo 55432)}
 DATA=$DIR/data
 LOG=$DIR/server.log
 MARK=$DIR/.tbx-pg-local   # marks a directory this script created, so --wipe never deletes others
@@ -43,6 +46,22 @@ die() {
   say "error: $*"
   if [ -f "$LOG" ]; then say "last lines of $LOG:"; tail -n 15 "$LOG" >&2; fi
   exit 1
+}
+
+# Something accepts connections on 127.0.0.1:$1 (bash's /dev/tcp: no extra tool needed).
+port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# Refuse a taken PG_PORT; move off a taken default to the next free port (and remember it).
+choose_port() {
+  port_taken "$PORT" || return 0
+  [ -z "${PG_PORT:-}" ] || die "port $PORT on 127.0.0.1 is taken by another program; set PG_PORT to a free port"
+  local taken=$PORT
+  while port_taken "$PORT"; do
+    PORT=$((PORT + 1))
+    [ "$PORT" -lt $((taken + 100)) ] || die "ports $taken-$PORT on 127.0.0.1 are all taken; set PG_PORT to a free port"
+  done
+  URL="postgresql+psycopg://postgres@127.0.0.1:$PORT/postgres"
+  say "port $taken is taken by another program: using port $PORT instead (TBX_PG_URL=$URL)"
 }
 
 # The newest installed server binaries; Debian keeps them out of PATH.
@@ -115,7 +134,9 @@ start() {
       || die "$DATA already runs on port $running_port, not $PORT; stop it first or set PG_PORT=$running_port"
     say "already running on 127.0.0.1:$PORT ($DATA)"
   else
+    choose_port
     [ -s "$DATA/PG_VERSION" ] || init_cluster "$bin"
+    as_owner sh -c "echo $PORT > '$DIR/port'"
     write_settings
     # -w waits until it accepts connections; its output goes to the log, not the caller's pipe.
     as_owner "$bin/pg_ctl" -D "$DATA" -l "$LOG" -w -t 30 start </dev/null >/dev/null 2>&1 \

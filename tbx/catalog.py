@@ -22,12 +22,11 @@ from tbx.domains import Domain, domain_names, get_domain
 from tbx.errors import ConfigError, InfraError, TaskFormatError
 from tbx.grading import derive_expected, diff_states, grade_state
 from tbx.records import PoolManifest
+from tbx.tasks.files import task_files
 from tbx.tasks.loader import load_task, read_task_file
 from tbx.tasks.model import ExpectedChange, Task
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
-
-TASK_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl")
 
 
 @dataclass(frozen=True)
@@ -49,23 +48,6 @@ class TaskRuntime:
     @property
     def initial_hash(self) -> str:
         return state_hash(self.initial)
-
-
-def _task_files(path: Path) -> list[Path]:
-    """The task files of `tasks.path`: the file itself, or every task file under the folder. A file
-    in the folder that is a link to somewhere outside it is refused: a task set stays in its folder."""
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.suffix in TASK_FILE_SUFFIXES)
-        root = path.resolve()
-        for file in files:
-            target = file.resolve()
-            if not target.is_relative_to(root):
-                raise TaskFormatError(str(file), "tasks.path", f"is a link to {target}, outside the task folder {root}",
-                                      "copy the file into the folder, or give its own path as tasks.path")
-        return files
-    if not path.exists():
-        raise TaskFormatError(str(path), "tasks.path", "does not exist", "give an existing task file or folder")
-    return [path]
 
 
 def load_domain_task(data: object, source: str) -> Task:
@@ -93,7 +75,7 @@ def task_items(cfg: TasksConfig) -> list[tuple[object, str]]:
         for i, data in enumerate(get_domain(name).generate_tasks(cfg.seed)):
             items.append((data, f"tbx/domains/{name}/tasks.py#{i}"))
     if cfg.path:
-        for file in _task_files(Path(cfg.path).expanduser()):
+        for file in task_files(Path(cfg.path).expanduser()):
             items.extend(read_task_file(file))
     return items
 

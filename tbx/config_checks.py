@@ -46,7 +46,7 @@ from tbx.config_values import (
     check_turn_timeout,
     fail,
 )
-from tbx.errors import ConfigError
+from tbx.errors import ConfigError, InputError
 
 LLM_USER = "tbx.users.llm.LLMUser"
 LLM_JUDGE = "tbx.grading.judge_llm.LLMJudge"
@@ -317,9 +317,14 @@ def _check_tasks(cfg: Config) -> None:
     if not tasks.domains and not tasks.path:
         raise fail(cfg, "tasks.path", "is not set and no bundled domain is named",
                     "give tasks.path=FILE_OR_DIR, or pick a bundled set (tasks=travel, tasks=sample)")
-    if tasks.path and not Path(tasks.path).expanduser().exists():  # the file named is the one missing
-        raise ConfigError(tasks.path, "tasks.path", "does not exist",
-                          f"give an existing task file or folder (tasks.path, set for tasks={tasks.name})")
+    if tasks.path:  # by type and size only: nothing is read before the stage starts
+        from tbx.tasks.files import task_files
+
+        try:
+            task_files(Path(tasks.path).expanduser())
+        except InputError as exc:
+            raise ConfigError(exc.source, exc.field, exc.problem,
+                              f"{exc.fix} (tasks.path, set for tasks={tasks.name})") from None
 
 
 def _endpoints_used(cfg: Config, stage: str) -> list[tuple[str, EndpointConfig]]:

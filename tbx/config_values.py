@@ -11,6 +11,8 @@ calls.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +54,25 @@ def value_of(cfg: Config, key: str) -> Any:
 
 def fail(cfg: Config, key: str, problem: str, fix: str) -> ConfigError:
     return ConfigError(option_file(cfg, key), key, problem, fix)
+
+
+def _expanded(value: Any) -> Any:
+    if isinstance(value, str):
+        return os.path.expandvars(os.path.expanduser(value))
+    if isinstance(value, list):
+        return [_expanded(item) for item in value]
+    return value
+
+
+def expand_paths(node: Any) -> None:
+    """`~` and `$VAR` in every path setting (fields marked `"path": True`), in place, as a shell would:
+    a variable that is not set stays as written, so the path check names it."""
+    for spec in dataclasses.fields(node):
+        value = getattr(node, spec.name)
+        if spec.metadata.get("path"):
+            setattr(node, spec.name, _expanded(value))
+        elif dataclasses.is_dataclass(value):
+            expand_paths(value)
 
 
 def check_values(cfg: Config) -> None:

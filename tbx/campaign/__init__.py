@@ -41,11 +41,18 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
     workers = plan_workers(cfg, len(pending))
     bar = tqdm(total=len(pending), desc=f"{label} {cfg.policy.name}" + (f" ({workers} workers)" if workers > 1 else ""),
                unit="ep", file=sys.stderr, disable=False, mininterval=2.0, dynamic_ncols=True)
+    retried = [0]
+
+    def on_retry(count: int = 1) -> None:  # error tries played again: shown beside the attempts done
+        retried[0] += count
+        bar.set_postfix_str(f"{retried[0]} error {'try' if retried[0] == 1 else 'tries'} re-run")
+
     try:
         if workers > 1:
-            await run_in_workers(cfg, runtimes, log, pending, workers, bar.update, run_dir)
+            await run_in_workers(cfg, runtimes, log, pending, workers, bar.update, run_dir, on_retry)
             return
         source = iter(pending)
-        await play_attempts(cfg, runtimes, log, backend, lambda: next(source, None), lambda: bar.update(1), run_dir)
+        await play_attempts(cfg, runtimes, log, backend, lambda: next(source, None), lambda: bar.update(1), run_dir,
+                            on_retry)
     finally:
         bar.close()

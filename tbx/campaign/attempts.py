@@ -65,9 +65,10 @@ def pending_attempts(cfg: Config, log: ResultStore, attempts: dict[str, range]) 
 
 async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
                         take: Callable[[], Attempt | None], done: Callable[[], None],
-                        run_dir: Path | None = None) -> None:
+                        run_dir: Path | None = None, retried: Callable[[], None] = lambda: None) -> None:
     """Play the attempts `take` hands out (None: no more), `eval.concurrency` at once; call `done` after
-    each. Records what served the policy in `run_dir`'s run.json (when given)."""
+    each and `retried` before each error try played again. Records what served the policy in `run_dir`'s
+    run.json (when given)."""
     policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
     if run_dir is not None:
         record_engine(run_dir, policy.engine())
@@ -75,7 +76,11 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
     retries = cfg.eval.max_error_retries
 
     async def play(task_id: str, index: int) -> None:
+        played = 0
         while not log.is_final(task_id, index, retries):
+            if played:
+                retried()
+            played += 1
             seed, fault_seed = try_seeds(cfg.seed, log, task_id, index)
             result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
                                        cfg.eval.max_turns, cfg.eval.call_timeout_s, cfg.faults, fault_seed,

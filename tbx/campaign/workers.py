@@ -131,7 +131,7 @@ def map_shares(fn: Callable[[Config, list], Any], cfg: Config, items: list, proc
                         file=sys.stderr, mininterval=2.0)
 
 
-def _worker(job: WorkerJob, parent: int, next_index, finished, report) -> None:  # noqa: ANN001 - shared values, a pipe
+def _worker(job: WorkerJob, parent: int, next_index, finished, retried, report) -> None:  # noqa: ANN001 - shared values, a pipe
     follow_parent(parent)
     for signum in (signal.SIGINT, preemption_signal()):  # the parent decides; it ends the workers
         if signum is not None:
@@ -144,7 +144,8 @@ def _worker(job: WorkerJob, parent: int, next_index, finished, report) -> None: 
                                read_tries=False)
             try:
                 run_loop(play_attempts(cfg, job.runtimes, store, backend, _taker(job.pending, next_index),
-                                       _counter(finished), Path(job.run_dir) if job.record_engine else None))
+                                       _counter(finished), Path(job.run_dir) if job.record_engine else None,
+                                       _counter(retried)))
             finally:
                 store.close()
         finally:
@@ -178,28 +179,32 @@ def _counter(finished) -> Callable[[], None]:  # noqa: ANN001 - a shared value
 
 
 async def run_in_workers(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, pending: list[Attempt],
-                         workers: int, progress: Callable[[int], object], run_dir: Path) -> None:
-    """Play `pending` in `workers` processes; `progress(n)` as attempts finish. Returns when every worker
-    has ended; a failed worker stops the others and raises its error here."""
+                         workers: int, progress: Callable[[int], object], run_dir: Path,
+                         on_retry: Callable[[int], object] = lambda n: None) -> None:
+    """Play `pending` in `workers` processes; `progress(n)` as attempts finish, `on_retry(n)` as error tries
+    are played again. Returns when every worker has ended; a failed worker stops the others and raises
+    its error here."""
     context = multiprocessing.get_context("spawn")
-    next_index, finished = context.Value("q", 0), context.Value("q", 0)
+    next_index, finished, retried = context.Value("q", 0), context.Value("q", 0), context.Value("q", 0)
     procs, reports = [], []
     try:
         for index in range(workers):
             job = WorkerJob(cfg, log.run_id, log.stage, str(run_dir), runtimes, pending, record_engine=index == 0)
             receive, send = context.Pipe(duplex=False)
-            proc = context.Process(target=_worker, args=(job, os.getpid(), next_index, finished, send),
+            proc = context.Process(target=_worker, args=(job, os.getpid(), next_index, finished, retried, send),
                                    name=f"tbx-worker-{index}", daemon=True)
             proc.start()
             send.close()
             procs.append(proc)
             reports.append(receive)
-        seen, heard, failure = 0, set(), None
+        seen, seen_retried, heard, failure = 0, 0, set(), None
         while failure is None and any(proc.is_alive() for proc in procs):
             await asyncio.sleep(POLL_S)
+            seen_retried = _advance(retried, seen_retried, on_retry)
             seen = _advance(finished, seen, progress)
             failure = _failure(procs, reports, heard)
         failure = failure or _failure(procs, reports, heard)
+        _advance(retried, seen_retried, on_retry)
         _advance(finished, seen, progress)
         if failure is not None:
             raise failure.error()

@@ -15,14 +15,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tbx.errors import TaskFormatError
+from tbx.tasks.files import parse_task_text, read_task_text
 from tbx.tasks.model import FACT_KINDS as KINDS
 from tbx.tasks.model import Checks, ExpectedChange, JudgeRule, PrivateFact, Step, Task, UserScenario
+from tbx.tasks.schema import unknown_key
 
 REQUIRED = ("id", "domain", "split", "user", "reference")
-KNOWN = set(REQUIRED) | {"family", "policy", "seed", "tools", "checks", "turn_limit"}
 DEFAULT_TURN_LIMIT = 30
 INLINE = ("policy", "user", "seed", "reference", "checks", "tools")  # fields whose content lives in the task
 _FILE_LIKE = re.compile(r"^(~|file:|\.{0,2}/)|/|\.(md|txt|ya?ml|jsonl?|csv|sql|sqlite)$", re.IGNORECASE)
@@ -98,9 +97,6 @@ def _steps(data: Any, source: str) -> tuple[Step, ...]:
     for i, step in enumerate(data):
         field = f"reference[{i}]"
         step = _expect(step, dict, source, field, "give {tool: NAME, arguments: {...}} or {say: TEXT}")
-        unknown = set(step) - {"tool", "arguments", "say"}
-        if unknown:
-            raise _fail(source, f"{field}.{sorted(unknown)[0]}", "unknown key", "use only tool, arguments, say")
         if ("tool" in step) == ("say" in step):
             raise _fail(source, field, "needs exactly one of 'tool' or 'say'", "split it into two steps")
         if "tool" in step:
@@ -129,9 +125,6 @@ def _change(data: Any, source: str, field: str) -> ExpectedChange:
 
 def _checks(data: Any, source: str) -> Checks:
     data = _expect(data or {}, dict, source, "checks", "give a mapping with expected, volatile, loose, judge")
-    unknown = set(data) - {"expected", "volatile", "loose", "judge"}
-    if unknown:
-        raise _fail(source, f"checks.{sorted(unknown)[0]}", "unknown key", "use expected, volatile, loose, judge")
     expected = None
     if data.get("expected") is not None:
         raw = _expect(data["expected"], list, source, "checks.expected", "give a list of changes")
@@ -163,9 +156,9 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
     for key in REQUIRED:
         if key not in data:
             raise _fail(source, key, "missing", f"add '{key}:' (required fields: {', '.join(REQUIRED)})")
-    unknown = set(data) - KNOWN
-    if unknown:
-        raise _fail(source, sorted(unknown)[0], "unknown field", f"remove it or use one of {sorted(KNOWN)}")
+    unknown = unknown_key(data, source)  # at any depth (tbx.tasks.schema)
+    if unknown is not None:
+        raise unknown
     for key in INLINE:
         _refuse_file_reference(data.get(key), source, key)
     seed_data = data.get("seed")
@@ -212,21 +205,7 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
 def read_task_file(path: Path) -> list[tuple[dict, str]]:
     """Read a YAML/JSON/JSONL file holding one task, a list of tasks, or {tasks: [...]}."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _fail(source, "(file)", f"cannot be read ({exc.strerror})", "check the path") from exc
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise _fail(source, "(file)", f"is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line {line})",
-                    "save the file as UTF-8") from None
-    try:
-        if path.suffix == ".jsonl":
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            items = yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise _fail(source, "(file)", f"is not valid YAML/JSON: {exc}".splitlines()[0], "fix the syntax") from exc
+    items = parse_task_text(read_task_text(path), source, jsonl=path.suffix == ".jsonl")
     if isinstance(items, dict) and "tasks" in items:
         items = items["tasks"]
     if isinstance(items, dict):

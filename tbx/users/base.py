@@ -20,6 +20,13 @@ class UserTurn:
     revealed: tuple[str, ...] = ()  # names of private facts this turn disclosed
     reason: str = ""  # why a final turn ends the talk: completed | cannot_help | patience | user ("" goes on)
 
+    def __post_init__(self) -> None:
+        """`STOP` is a control marker between a user simulator and tbx, never words the agent reads: a turn
+        that carries it ends the talk and has it removed, whichever simulator (bundled or not) wrote it."""
+        if STOP in self.text:
+            object.__setattr__(self, "text", " ".join(self.text.replace(STOP, " ").split()))
+            object.__setattr__(self, "done", True)
+
 
 class UserSession(ABC):
     @abstractmethod

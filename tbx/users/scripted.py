@@ -29,7 +29,7 @@ from tbx.config import UserConfig
 from tbx.messages import Message
 from tbx.tasks.model import UserScenario
 from tbx.users import lexicon as lx
-from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
+from tbx.users.base import UserSession, UserSimulator, UserTurn
 from tbx.users.facts import reader_for
 from tbx.users.profiles import tokenize
 from tbx.users.reading import Sentence, ending_of, normalize, read_sentences
@@ -81,7 +81,7 @@ class ScriptedSession(UserSession):
         sentences = read_sentences(message)
         ending = ending_of(sentences)
         if ending:
-            return UserTurn(f"{ENDINGS[ending]} {STOP}", True, reason=ending)
+            return UserTurn(ENDINGS[ending], True, reason=ending)
         asked = self.reader.asked(message, sentences)
         parts = [self._state(name) for name in asked.facts]
         progress = bool(parts)
@@ -96,7 +96,7 @@ class ScriptedSession(UserSession):
             parts.append(self._fallback(sentences, asked.unplaced))
         self.idle = 0 if progress else self.idle + 1
         if self.idle >= self.patience:
-            return UserTurn(f"{ENDINGS['patience']} {STOP}", True, reason="patience")
+            return UserTurn(ENDINGS["patience"], True, reason="patience")
         return UserTurn(" ".join(parts), False, revealed=asked.facts)
 
     def _state(self, name: str) -> str:

@@ -248,3 +248,15 @@ def test_probe_with_faults_counts_only_verdicts(tmp_path):
         assert all(r["outcome"] == coin_says(r) for r in judged)
         assert row["n"] <= len(finals) <= 8
     assert faulty["n_tasks"] == 9 and faulty["rounds"] >= 2
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_error_tries_played_again_show_in_the_progress_bar(tmp_path, capsys, workers):
+    summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "policy=oracle", "eval.attempts=4",
+                           f"eval.workers={workers}", "faults.tool=0.5", "faults.hang=0.0"))
+    finals = {(r["task_id"], r["attempt"]): r["outcome"] for r in read_records(summary["run_dir"])}
+    played_again = summary["error_tries"] - sum(outcome in ERROR_VALUES for outcome in finals.values())
+    assert played_again > 0
+    bar = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]  # the bar as it closed
+    plural = "try" if played_again == 1 else "tries"
+    assert f"{played_again} error {plural} re-run" in bar, bar

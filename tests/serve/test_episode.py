@@ -73,7 +73,8 @@ def test_the_reference_through_mcp_is_the_in_process_oracle_turn_for_turn(backen
     assert served.outcome is Outcome.SUCCESS and oracle.outcome is Outcome.SUCCESS
     assert served.transcript == oracle.transcript  # same messages, call ids and tool answers
     assert (served.grade, served.final_delta, served.counts) == (oracle.grade, oracle.final_delta, oracle.counts)
-    assert last.endswith(USER_ENDED) and "###STOP###" in last
+    assert last.endswith(USER_ENDED) and "###STOP###" not in last  # the user's control marker never reaches it
+    assert "###STOP###" not in str(served.transcript)
 
 
 def test_the_listing_is_the_in_process_one_plus_the_user_channel(backend):
@@ -255,3 +256,24 @@ def test_an_attempt_another_process_gave_back_is_handed_out_again():
         assert campaign.done.is_set()
 
     asyncio.run(main())
+
+
+
+def test_sessions_beyond_the_pending_attempts_are_refused_once_claimed_and_told_to_close_before():
+    """docs/serve.md, as it behaves: a session opened while every pending attempt is claimed is refused
+    (HTTP 503: `next_view` None); sessions opened while one was still pending (more than there are
+    attempts, before any first call) are opened, and the one that finds nothing left is told to close. A
+    session that only lists the tools holds no place, so an inspector never blocks a player."""
+    view = View("policy", ())
+
+    def open_episode(task_id, attempt, record):
+        async def play(agent):
+            return fake_result(task_id, attempt, Outcome.SUCCESS)
+
+        return ServedEpisode(task_id, attempt, play, record)
+
+    campaign = Campaign([("a", 0)], {"a": view}, open_episode, lambda result: True)
+    lister, first, second = (Seat(campaign, campaign.next_view()) for _ in range(3))  # all opened
+    assert first.take().attempt == 0 and campaign.next_view() is None  # a fourth session now: 503
+    assert second.take() is None  # its first call answers NO_ATTEMPT (close this session)
+    lister.end()

@@ -68,7 +68,8 @@ def test_a_clarifying_question_is_answered_with_the_users_own_words():
 
 def test_completion_and_refusal_end_the_talk_with_their_reason():
     done = answer("Your room is changed to the Standard Queen. Is there anything else I can help you with?")
-    assert (done.done, done.reason, done.text) == (True, "completed", f"Thank you, that's all. {STOP}")
+    assert (done.done, done.reason, done.text) == (True, "completed", "Thank you, that's all.")
+    assert STOP not in done.text  # the control marker is tbx's, never the agent's to read
     refused = answer("I'm sorry, I can't change this booking because it is non-refundable.")
     assert (refused.done, refused.reason) == (True, "cannot_help")
     looking = answer("I can't find that booking yet, one moment.")  # a failed lookup is not a refusal
@@ -134,3 +135,10 @@ def test_every_bundled_reference_plays_through_the_scripted_user():
                 wrong.append((task.id, says[-1], last.text))
     assert wrong == []
     assert set(ends) == {"completed", "cannot_help"} and sum(ends.values()) > 700
+
+
+def test_a_turn_that_carries_the_stop_marker_ends_the_talk_without_it():
+    from tbx.users.base import UserTurn
+
+    turn = UserTurn(f"Great, thanks! {STOP} Bye.", False)  # any simulator's, bundled or not
+    assert (turn.text, turn.done) == ("Great, thanks! Bye.", True)
