@@ -43,7 +43,7 @@ def train(steps: int, overrides: list[str]) -> dict:
         directory, _ = model_directory(tasks.cfg.model)  # the packaged GGUF, converted once into the cache
         model, _ = load_directory(directory, "float32")
         args = GRPOConfig(output_dir=str(tasks.run_dir / "trl"), max_steps=steps, per_device_train_batch_size=4,
-                          num_generations=4, max_completion_length=96, max_tool_calling_iterations=2,
+                          num_generations=4, max_completion_length=48, max_tool_calling_iterations=2,
                           learning_rate=1e-5, logging_steps=1, gradient_checkpointing=False, report_to="none",
                           save_strategy="no", use_cpu=True,
                           bf16=False, temperature=1.0, seed=tasks.cfg.seed, dataloader_num_workers=0)
