@@ -6,7 +6,8 @@
 TRL's own generation (transformers, CPU, no vLLM); the reward is tbx's verdict (`tbx_trl.reward`),
 every rollout is stored in the run's results store with `trl` as the agent. SmolLM2's chat template
 has no tool calls, so it gets TRL's Qwen2.5 template (ChatML, the same special tokens) and TRL's
-parser for it. Prints one JSON line: steps, seconds, the rewards TRL logged and the run folder.
+parser for it. Gradient checkpointing stays off: with it transformers generates without its KV cache, which
+on a prompt of a task's policy and tools is many times slower. Prints one JSON line: steps, seconds, the rewards TRL logged and the run folder.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ def train(steps: int, overrides: list[str]) -> dict:
         directory, _ = model_directory(tasks.cfg.model)  # the packaged GGUF, converted once into the cache
         model, _ = load_directory(directory, "float32")
         args = GRPOConfig(output_dir=str(tasks.run_dir / "trl"), max_steps=steps, per_device_train_batch_size=4,
-                          num_generations=4, max_completion_length=96, max_tool_calling_iterations=2,
-                          learning_rate=1e-5, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True,
+                          num_generations=4, max_completion_length=48, max_tool_calling_iterations=2,
+                          learning_rate=1e-5, logging_steps=1, gradient_checkpointing=False, report_to="none",
+                          save_strategy="no", use_cpu=True,
                           bf16=False, temperature=1.0, seed=tasks.cfg.seed, dataloader_num_workers=0)
         trainer = GRPOTrainer(model=model, processing_class=tokenizer_with_tools(str(directory)), args=args,
                               train_dataset=tbx_trl.dataset(tasks, repeat=steps),

@@ -1,6 +1,7 @@
-"""TRL's GRPOTrainer trains SmolLM2-135M for 2 steps on CPU through tbx.envs.trl (examples/trl_grpo.py: TRL's
-own generation, the packaged GGUF converted once into the model cache), and every reward it trained on is the
-verdict tbx stored for that rollout, which tbx's grader gives again from the stored terminal state."""
+"""TRL's GRPOTrainer trains SmolLM2-135M for 2 steps on CPU through tbx.envs.trl on the mock domain
+(examples/trl_grpo.py: TRL's own generation, the packaged GGUF converted once into the model cache), and every
+reward it trained on is the verdict tbx stored for that rollout, which tbx's grader gives again from the stored
+terminal state."""
 
 import math
 from pathlib import Path
@@ -27,7 +28,7 @@ def test_grpo_trains_two_steps_on_tbx_verdicts(tmp_path, monkeypatch):
         return rewards
 
     monkeypatch.setattr(tbx_trl, "reward", tbx_verdict)
-    summary = train(2, overrides(tmp_path, "tasks=train_sample"))
+    summary = train(2, overrides(tmp_path, "tasks=mock"))  # the tiny domain: a short prompt to generate from on CPU
     assert summary["steps"] == 2 and len(summary["rewards"]) == 2
     assert all(math.isfinite(r) for r in summary["rewards"])
     records = {(r["task_id"], r["attempt"]): r for r in read_records(summary["run_dir"])}
