@@ -8,7 +8,8 @@ scripted user) with injected tool and user faults. The run is SIGKILLed (the job
 group) once step 1's checkpoint is written and step 2 has started, and the same command is run
 again; then verl's merger writes the final model and tbx evaluates it.
 
-One run serves every test of the module (about a quarter of an hour on 2 cores). Each test reads
+One run serves every test of the module; it takes about an hour on 2 cores (docs/training.md), so the
+test command runs it only with TBX_VERL_RUN=1 (CI runs the rest of the verl suite). Each test reads
 what the run left: the results store, verl's per-step rollout dump (`verl/rollouts/<step>.jsonl`:
 every trajectory verl trained on, with the score it trained on) and verl's log.
 """
@@ -33,7 +34,10 @@ pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs 
 from tbx.store.training import STEP_STRIDE, step_of  # noqa: E402
 from tbx.verl_bridge.episode import episode_seed  # noqa: E402
 
-pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration]
+pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration,
+              pytest.mark.skipif(os.environ.get("TBX_VERL_RUN") != "1",
+                                 reason="the real verl run takes about an hour on 2 cores, past CI's 45 minutes: "
+                                        "TBX_VERL_RUN=1 .venv-vllm/bin/python -m pytest -m verl tests/verl_bridge/test_verl_cpu.py")]
 ROOT = Path(__file__).resolve().parents[2]
 # two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
 POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0-00")
