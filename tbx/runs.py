@@ -9,8 +9,11 @@ the same folder and resumes there, and a changed input never resumes an old run:
   someone decides otherwise;
 - the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
   never the path itself;
-- the content of every task in the set (bundled generators and the user's task files alike);
-- the code that grades: the grader, and each domain's schema, seed and tools.
+- the content of every task in the set (bundled generators and the user's task files alike), with the
+  policy text its agent reads (a domain's policy.md unless the task gives its own);
+- the code and text that decide a verdict or what the agent or the user sees (`CODE_PARTS`): the grader,
+  the judges, the tool layer, the simulated users, the prompt renderer and parser, and each domain's
+  schema, seed, tools and policy.md.
 
 The model's settings count only when a model plays (not for the reference policies). A folder
 pinned with `run_dir=` that holds another run is refused with the settings that changed. The
@@ -89,17 +92,34 @@ def stage_tasks(cfg: Config) -> list:
     return []
 
 
-def code_versions(domains: set[str]) -> dict[str, str]:
-    """Hashes of the source that decides verdicts: the grader, and per domain its schema, seed and tools
-    (with the tool runtime that checks arguments and runs them)."""
-    from tbx.catalog import source_hash
-    from tbx.episodes.run import grader_hash
-    from tbx.tools import arguments, runtime
+# The code and text that decide a verdict or what the agent or the user sees, by part (files under tbx/,
+# hashed by their bytes); each bundled domain adds its schema, seed, tools and policy.md.
+CODE_PARTS = {
+    "grader": ("grading/diff.py", "grading/verdict.py", "backend/state.py"),
+    "judges": ("grading/judge.py", "grading/judge_llm.py"),
+    "tools": ("tools/arguments.py", "tools/declare.py", "tools/mcp_server.py", "tools/runtime.py"),
+    "users": ("users/base.py", "users/facts.py", "users/lexicon.py", "users/llm.py", "users/profiles.py",
+              "users/reading.py", "users/scripted.py"),
+    "agent": ("policies/prompting.py", "llm/parsing.py", "llm/wire.py", "episodes/run.py", "messages.py"),
+}
+DOMAIN_PARTS = ("schema.py", "seed.py", "tools.py", "policy.md")
+PACKAGE = Path(__file__).parent
 
-    versions = {"grader": grader_hash()}
+
+def files_hash(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def code_versions(domains: set[str]) -> dict[str, str]:
+    """Hashes of the source and text that decide verdicts or what the agent and the user see: per part of
+    CODE_PARTS, and per domain its schema, seed, tools and policy.md."""
+    versions = {part: files_hash([PACKAGE / name for name in names]) for part, names in CODE_PARTS.items()}
     for name in sorted(domains):
-        modules = [importlib.import_module(f"tbx.domains.{name}.{part}") for part in ("schema", "seed", "tools")]
-        versions[name] = source_hash(*modules, runtime, arguments)
+        folder = Path(importlib.import_module(f"tbx.domains.{name}").__file__).parent
+        versions[name] = files_hash([folder / part for part in DOMAIN_PARTS if (folder / part).is_file()])
     return versions
 
 
@@ -111,7 +131,7 @@ def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
         settings.pop("model", None)  # oracle, null and replay play no model
     tasks = stage_tasks(cfg) if tasks is None else tasks
     if tasks:
-        settings["task_content"] = hash_json(sorted((t.id, t.content_hash) for t in tasks))
+        settings["task_content"] = hash_json(sorted((t.id, t.content_hash, hash_json(t.policy)) for t in tasks))
         settings["code"] = code_versions({t.domain for t in tasks})
     return settings
 
