@@ -219,11 +219,14 @@ def git_commit() -> str:
         return "unknown"
 
 
-def save_run_meta(run_dir: Path, cfg: Config) -> None:
+def save_run_meta(run_dir: Path, cfg: Config, tasks: list | None = None) -> None:
     """config.yaml and run.json, each replaced whole. Stages call it once their start-up checks passed,
-    so a start that fails leaves an earlier run's files as they were."""
+    so a start that fails leaves an earlier run's files as they were. `tasks`: the task set the identity
+    names (every shard's), saved as {id: domain} so a report can tell a killed run from a finished one."""
     write_text(run_dir / "config.yaml", yaml.safe_dump(plain(cfg), sort_keys=False))
     meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
+    if tasks is not None:
+        meta["tasks"] = {task.id: task.domain for task in tasks}
     path = run_dir / "run.json"
     if path.is_file():  # a resumed run keeps what served it (record_engine)
         meta |= {k: v for k, v in json.loads(path.read_text()).items() if k == "engine"}

@@ -61,7 +61,7 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     return RunData(name=name or run_cfg["policy"]["name"], records=list(finals.values()), model_name=agent,
                    prices=parse_price_table(table, f"{run_dir}/config.yaml"), k=run_cfg["eval"]["attempts"],
                    user_model=roles.get("user", ""), judge_model=roles.get("judge", ""),
-                   allow_incomplete=allow_incomplete, billed_records=tries)
+                   allow_incomplete=allow_incomplete, billed_records=tries, tasks=meta.get("tasks"))
 
 
 def run_report(cfg: Config) -> dict[str, Any]:
