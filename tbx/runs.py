@@ -196,10 +196,7 @@ def resolve_run_dir(cfg: Config) -> Path:
     path = Path(cfg.run_dir) if cfg.run_dir else Path(cfg.out_root) / run_name(cfg)
     meta = path / "run.json"
     if meta.is_file():
-        try:
-            held = json.loads(meta.read_text())
-        except ValueError:
-            held = {}
+        held = read_run_meta(meta)
         if held.get("identity") not in (None, run_identity(cfg)):
             changed = changed_settings(held.get("settings", {}), identity_settings(cfg))
             shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
@@ -208,6 +205,21 @@ def resolve_run_dir(cfg: Config) -> Path:
                               "give another run_dir (or none: each identity gets its own folder), "
                               "or delete the folder to start over")
     return path
+
+
+START_OVER = "start over with another run_dir (or none: each identity gets its own folder), or delete the folder"
+
+
+def read_run_meta(path: Path) -> dict[str, Any]:
+    """A run folder's run.json; a damaged one (truncated, not JSON, not a mapping) is named with the fix."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "run_dir", f"is damaged (not JSON: {str(exc).splitlines()[0]})",
+                          START_OVER) from None
+    if not isinstance(meta, dict):
+        raise ConfigError(str(path), "run_dir", "is damaged (not a JSON object)", START_OVER)
+    return meta
 
 
 def git_commit() -> str:
@@ -229,13 +241,13 @@ def save_run_meta(run_dir: Path, cfg: Config, tasks: list | None = None) -> None
         meta["tasks"] = {task.id: task.domain for task in tasks}
     path = run_dir / "run.json"
     if path.is_file():  # a resumed run keeps what served it (record_engine)
-        meta |= {k: v for k, v in json.loads(path.read_text()).items() if k == "engine"}
+        meta |= {k: v for k, v in read_run_meta(path).items() if k == "engine"}
     write_text(path, json.dumps(meta, indent=2))
 
 
 def record_engine(run_dir: Path, engine: dict[str, Any]) -> None:
     """Add what served the policy to `run.json`: e.g. `{"name": "vllm", "version": "0.32.0", "weights": ...}`."""
     path = run_dir / "run.json"
-    meta = json.loads(path.read_text()) if path.is_file() else {}
+    meta = read_run_meta(path) if path.is_file() else {}
     meta["engine"] = engine
     write_text(path, json.dumps(meta, indent=2))

@@ -10,7 +10,6 @@ with fewer judged attempts than asked stops the report unless `report.allow_inco
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from tbx.cost import parse_price_table
 from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
 from tbx.report import RunData, render_report
-from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
 
@@ -43,7 +42,7 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     if not (run_dir / "run.json").is_file():
         raise ConfigError(str(run_dir), "runs", "is not a run folder (no run.json)",
                           "list the folders stage=eval printed")
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = read_run_meta(run_dir / "run.json")
     run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     tries = read_records(store_url or run_dir, meta["identity"])
     finals: dict[tuple[str, int], dict[str, Any]] = {}
