@@ -116,7 +116,7 @@ def check_store_file(path: Path) -> None:
     ours = set(metadata.tables)
     if tables and (not tables & ours or (columns and columns != set(attempts.c.keys()))):
         raise ConfigError(str(path), "run_dir", f"holds another tool's database (tables: {', '.join(sorted(tables))})",
-                          "give a run_dir of its own (or none: each run gets its own folder); that file is left as it is")
+                          "give another run_dir of its own (or none: each run gets its own folder); that file is left as it is")
 
 
 def _sqlite_engine(path: Path, timeout_s: float) -> Engine:
