@@ -14,7 +14,7 @@ Every stage goes through `tbx.launch`: a checked job plan, then submitit (in thi
 default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
 input, an unreachable service or a disk that refuses writes print one clear line (file, field, fix)
 and exit with status 2; a run whose every attempt errored exits with status 3 after writing its
-summary (the statuses: tbx/errors.py, docs/guarantees.md).
+summary; Ctrl-C prints one line and exits 130 (the statuses: tbx/errors.py, docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from tbx.config import Config, register_configs
 from tbx.config_checks import check_composed, check_config, compose_config, config_object
 from tbx.durable import check_writable
-from tbx.errors import EXIT_INPUT, InputError
+from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 
 register_configs()
@@ -139,4 +139,9 @@ def without_run_files(argv: list[str]) -> list[str]:
 if __name__ == "__main__":
     sys.argv[1:] = without_run_files(rewrite_aliases(with_main_job(expand_home(sys.argv[1:]))))
     precheck(sys.argv[1:])
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C: the event loop has unwound, what finished is stored (as after SIGTERM)
+        print("\ninterrupted (Ctrl-C): the tries that finished are stored; the same command resumes the run",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

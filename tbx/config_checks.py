@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import re
 import typing
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tbx.config as tbx_config
 from tbx.config import Config, EndpointConfig
@@ -96,7 +98,14 @@ def _override_for(key: str, overrides: Sequence[str]) -> str | None:
 
 def _source(key: str, overrides: Sequence[str]) -> str:
     override = _override_for(key, overrides)
-    return f"command line '{override}'" if override else CONFIG
+    return f"command line '{_shown(override)}'" if override else CONFIG
+
+
+def _shown(override: str) -> str:
+    """An override as an error repeats it: a secret's value (or a URL with a key) is never repeated."""
+    name, _, value = override.partition("=")
+    secret = _SECRET.search(name.rpartition(".")[2]) or _has_credentials(value)
+    return f"{name}=<not shown>" if secret and value else override
 
 
 def _schema_fields(schema: Any) -> dict[str, Any]:
@@ -140,13 +149,13 @@ def translate(exc: Exception, overrides: Sequence[str]) -> ConfigError:
     if isinstance(exc, OverrideParseException):
         key = exc.override.partition("=")[0] if exc.override else "(override)"
         detail = str(exc).strip().splitlines()
-        return ConfigError(f"command line '{exc.override}'", key, "cannot be parsed"
+        return ConfigError(f"command line '{_shown(exc.override)}'", key, "cannot be parsed"
                            + (f" ({detail[1].strip()})" if len(detail) > 1 else ""),
                            "write key=value; quote a value with spaces or brackets: key='a b'")
     if first.startswith("Ambiguous value for argument"):
         override = first.partition("'")[2].rpartition("'")[0]
         key, _, value = override.partition("=")
-        return ConfigError(f"command line '{override}'", key, "holds commas",
+        return ConfigError(f"command line '{_shown(override)}'", key, "holds commas",
                            f"a list: {key}=[{value}]; one string: {key}='{value}'; a sweep over the values: add -m")
     in_file = _IN_FILE.match(str(exc).strip())
     if in_file:  # a mistake inside an option file: Hydra keeps only the message
@@ -228,29 +237,52 @@ def config_object(dict_cfg: Any) -> Config:
                           ) from None
 
 
-def secret_value(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:
-    """A key that names a secret (`api_key`, `token`, `secret`, `password`) holding a value: the
-    config is saved with the run (config.yaml, .hydra/) and sent to W&B, so a key is only ever
-    named by its environment variable. The value itself is never repeated."""
+def _leaves(node: Any, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every leaf of a composed config, interpolations unresolved."""
     from omegaconf import DictConfig, ListConfig
 
-    def walk(node: Any, path: str) -> ConfigError | None:
-        items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else \
-            enumerate(node) if isinstance(node, ListConfig) else ()
-        for key, value in items:
-            full = f"{path}.{key}" if path else str(key)
-            if isinstance(value, DictConfig | ListConfig):
-                found = walk(value, full)
-                if found:
-                    return found
-            elif _SECRET.search(str(key)) and isinstance(value, str) and value.strip():
-                return ConfigError("command line" if _override_for(full, overrides) else CONFIG, full,
-                                   "holds a secret; the config is saved with the run and sent to W&B",
-                                   "remove it, put the key in an environment variable and name that variable "
-                                   "(e.g. model.endpoint.api_key_env=MY_KEY_VAR)")
-        return None
+    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else \
+        enumerate(node) if isinstance(node, ListConfig) else ()
+    for key, value in items:
+        full = f"{path}.{key}" if path else str(key)
+        if isinstance(value, DictConfig | ListConfig):
+            yield from _leaves(value, full)
+        else:
+            yield full, value
 
-    return walk(dict_cfg, "")
+
+def _has_credentials(value: str) -> bool:
+    """Whether `value` is a URL with a key in it: a password (`http://user:KEY@host/v1`,
+    `postgresql://USER:PASSWORD@HOST/DB`), or a user of an HTTP URL (`http://KEY@host/v1`)."""
+    if "@" not in value or "://" not in value:
+        return False
+    try:
+        parts = urlsplit(value.strip())
+    except ValueError:
+        return False
+    return bool(parts.password or (parts.username and parts.scheme.startswith("http")))
+
+
+def secret_value(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | None:
+    """A value the config must not hold, since it is saved with the run (config.yaml, run.json, .hydra/) and
+    sent to W&B: a key that names a secret (`api_key`, `token`, `secret`, `password`) holding a value, a URL
+    with credentials in it, or a number that is not finite (nan, inf). A secret is only ever named by its
+    environment variable, and the value itself is never repeated."""
+    for full, value in _leaves(dict_cfg):
+        where = "command line" if _override_for(full, overrides) else CONFIG
+        if _SECRET.search(full.rpartition(".")[2]) and isinstance(value, str) and value.strip():
+            return ConfigError(where, full, "holds a secret; the config is saved with the run and sent to W&B",
+                               "remove it, put the key in an environment variable and name that variable "
+                               "(e.g. model.endpoint.api_key_env=MY_KEY_VAR)")
+        if isinstance(value, str) and _has_credentials(value):
+            return ConfigError(where, full, "holds a user or key inside the URL (scheme://USER:KEY@host); the config "
+                               "is saved with the run and sent to W&B", "give the URL without them "
+                               "(http://HOST:PORT/v1) and name the key's environment variable "
+                               "(e.g. model.endpoint.api_key_env=MY_KEY_VAR); PostgreSQL reads a password from "
+                               "PGPASSWORD or ~/.pgpass")
+        if isinstance(value, float) and not math.isfinite(value):
+            return ConfigError(where, full, f"is {value}, not a finite number", "give a finite number")
+    return None
 
 
 # --- the environment ------------------------------------------------------------------------------------------

@@ -98,6 +98,10 @@ def check_writable(folder: Path, field: str = "out_root", probe_bytes: int = 655
     """Make `folder`, then write, sync and remove a small file in it: a full or read-only disk is found
     before anything writes there (Hydra makes its own run folder under out_root before tbx runs)."""
     probe = folder / f".tbx-write-check-{os.getpid()}"
+    taken = next((part for part in (folder, *folder.parents) if part.exists() and not part.is_dir()), None)
+    if taken is not None:
+        raise ConfigError(str(taken), field, "is a file, not a folder", f"give {field}=DIR (a folder, or a path "
+                          "where one can be made), or move that file away")
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with open(probe, "wb") as handle:

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 # Exit statuses of launch.py (docs/guarantees.md): 0 done; 1 a bug (a traceback); 2 bad input or an
 # environment to fix (one line: file, field, fix; nothing of an earlier run changed); 3 the run ended
-# but no attempt reached a verdict (every one errored): its summary is written, pass@1 is undefined.
+# but no attempt reached a verdict (every one errored): its summary is written, pass@1 is undefined;
+# 4 a training run ended without a single model update (every group zero-variance): no trained model;
+# 130 interrupted by Ctrl-C (SIGINT), one line, what finished is stored.
 EXIT_INPUT = 2
 EXIT_NO_VERDICT = 3
+EXIT_NO_UPDATE = 4
+EXIT_INTERRUPTED = 130
 
 
 class TbxError(Exception):

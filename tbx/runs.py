@@ -9,8 +9,11 @@ the same folder and resumes there, and a changed input never resumes an old run:
   someone decides otherwise;
 - the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
   never the path itself;
-- the content of every task in the set (bundled generators and the user's task files alike);
-- the code that grades: the grader, and each domain's schema, seed and tools.
+- the content of every task in the set (bundled generators and the user's task files alike), with the
+  policy text its agent reads (a domain's policy.md unless the task gives its own);
+- the code and text that decide a verdict or what the agent or the user sees (`CODE_PARTS`): the grader,
+  the judges, the tool layer, the simulated users, the prompt renderer and parser, and each domain's
+  schema, seed, tools and policy.md.
 
 The model's settings count only when a model plays (not for the reference policies). A folder
 pinned with `run_dir=` that holds another run is refused with the settings that changed. The
@@ -89,17 +92,34 @@ def stage_tasks(cfg: Config) -> list:
     return []
 
 
-def code_versions(domains: set[str]) -> dict[str, str]:
-    """Hashes of the source that decides verdicts: the grader, and per domain its schema, seed and tools
-    (with the tool runtime that checks arguments and runs them)."""
-    from tbx.catalog import source_hash
-    from tbx.episodes.run import grader_hash
-    from tbx.tools import arguments, runtime
+# The code and text that decide a verdict or what the agent or the user sees, by part (files under tbx/,
+# hashed by their bytes); each bundled domain adds its schema, seed, tools and policy.md.
+CODE_PARTS = {
+    "grader": ("grading/diff.py", "grading/verdict.py", "backend/state.py"),
+    "judges": ("grading/judge.py", "grading/judge_llm.py"),
+    "tools": ("tools/arguments.py", "tools/declare.py", "tools/mcp_server.py", "tools/runtime.py"),
+    "users": ("users/base.py", "users/facts.py", "users/lexicon.py", "users/llm.py", "users/profiles.py",
+              "users/reading.py", "users/scripted.py"),
+    "agent": ("policies/prompting.py", "llm/parsing.py", "llm/wire.py", "episodes/run.py", "messages.py"),
+}
+DOMAIN_PARTS = ("schema.py", "seed.py", "tools.py", "policy.md")
+PACKAGE = Path(__file__).parent
 
-    versions = {"grader": grader_hash()}
+
+def files_hash(paths: list[Path]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def code_versions(domains: set[str]) -> dict[str, str]:
+    """Hashes of the source and text that decide verdicts or what the agent and the user see: per part of
+    CODE_PARTS, and per domain its schema, seed, tools and policy.md."""
+    versions = {part: files_hash([PACKAGE / name for name in names]) for part, names in CODE_PARTS.items()}
     for name in sorted(domains):
-        modules = [importlib.import_module(f"tbx.domains.{name}.{part}") for part in ("schema", "seed", "tools")]
-        versions[name] = source_hash(*modules, runtime, arguments)
+        folder = Path(importlib.import_module(f"tbx.domains.{name}").__file__).parent
+        versions[name] = files_hash([folder / part for part in DOMAIN_PARTS if (folder / part).is_file()])
     return versions
 
 
@@ -111,7 +131,7 @@ def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
         settings.pop("model", None)  # oracle, null and replay play no model
     tasks = stage_tasks(cfg) if tasks is None else tasks
     if tasks:
-        settings["task_content"] = hash_json(sorted((t.id, t.content_hash) for t in tasks))
+        settings["task_content"] = hash_json(sorted((t.id, t.content_hash, hash_json(t.policy)) for t in tasks))
         settings["code"] = code_versions({t.domain for t in tasks})
     return settings
 
@@ -176,10 +196,7 @@ def resolve_run_dir(cfg: Config) -> Path:
     path = Path(cfg.run_dir) if cfg.run_dir else Path(cfg.out_root) / run_name(cfg)
     meta = path / "run.json"
     if meta.is_file():
-        try:
-            held = json.loads(meta.read_text())
-        except ValueError:
-            held = {}
+        held = read_run_meta(meta)
         if held.get("identity") not in (None, run_identity(cfg)):
             changed = changed_settings(held.get("settings", {}), identity_settings(cfg))
             shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
@@ -188,6 +205,21 @@ def resolve_run_dir(cfg: Config) -> Path:
                               "give another run_dir (or none: each identity gets its own folder), "
                               "or delete the folder to start over")
     return path
+
+
+START_OVER = "start over with another run_dir (or none: each identity gets its own folder), or delete the folder"
+
+
+def read_run_meta(path: Path) -> dict[str, Any]:
+    """A run folder's run.json; a damaged one (truncated, not JSON, not a mapping) is named with the fix."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "run_dir", f"is damaged (not JSON: {str(exc).splitlines()[0]})",
+                          START_OVER) from None
+    if not isinstance(meta, dict):
+        raise ConfigError(str(path), "run_dir", "is damaged (not a JSON object)", START_OVER)
+    return meta
 
 
 def git_commit() -> str:
@@ -199,14 +231,17 @@ def git_commit() -> str:
         return "unknown"
 
 
-def save_run_meta(run_dir: Path, cfg: Config) -> None:
+def save_run_meta(run_dir: Path, cfg: Config, tasks: list | None = None) -> None:
     """config.yaml and run.json, each replaced whole. Stages call it once their start-up checks passed,
-    so a start that fails leaves an earlier run's files as they were."""
+    so a start that fails leaves an earlier run's files as they were. `tasks`: the task set the identity
+    names (every shard's), saved as {id: domain} so a report can tell a killed run from a finished one."""
     write_text(run_dir / "config.yaml", yaml.safe_dump(plain(cfg), sort_keys=False))
     meta = {"identity": run_identity(cfg), "settings": identity_settings(cfg), "git_commit": git_commit()}
+    if tasks is not None:
+        meta["tasks"] = {task.id: task.domain for task in tasks}
     path = run_dir / "run.json"
     if path.is_file():  # a resumed run keeps what served and trained it (record_meta)
-        meta |= {k: v for k, v in json.loads(path.read_text()).items() if k in RECORDED}
+        meta |= {k: v for k, v in read_run_meta(path).items() if k in RECORDED}
     write_text(path, json.dumps(meta, indent=2))
 
 
@@ -219,7 +254,7 @@ def record_meta(run_dir: Path, key: str, value: dict[str, Any]) -> None:
     if key not in RECORDED:
         raise ValueError(f"run.json records {RECORDED}, not {key!r}")
     path = run_dir / "run.json"
-    meta = json.loads(path.read_text()) if path.is_file() else {}
+    meta = read_run_meta(path) if path.is_file() else {}
     meta[key] = value
     write_text(path, json.dumps(meta, indent=2))
 

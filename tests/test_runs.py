@@ -119,5 +119,5 @@ def test_changed_settings_lists_dotted_names():
 def test_run_json_holds_the_identity_settings_and_the_config_as_run(tmp_path):
     out = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle"))
     meta = json.loads((Path(out["run_dir"]) / "run.json").read_text())
-    assert set(meta["settings"]["code"]) == {"grader", "mock"} and len(meta["settings"]["task_content"]) == 16
+    assert set(meta["settings"]["code"]) == {"grader", "judges", "tools", "users", "agent", "mock"} and len(meta["settings"]["task_content"]) == 16
     assert meta["identity"] == Path(out["run_dir"]).name.rsplit("-", 1)[1]

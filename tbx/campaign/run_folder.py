@@ -132,7 +132,7 @@ def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
         log = open_store(cfg.store.url, run_dir, identity, stage, cfg.store.timeout_s)
         try:
             runtimes = prepare_all(cfg, tasks, backend)
-            save_run_meta(run_dir, cfg)
+            save_run_meta(run_dir, cfg, every_task)
             write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
             yield OpenRun(run_dir, log, backend, runtimes)
             log.refresh()  # other processes on this run (its workers too) stored theirs

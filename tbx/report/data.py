@@ -31,7 +31,8 @@ class RunData:
     `user_model` and `judge_model` (empty when that role spent no tokens). `k` is the attempts
     asked per task; a task with fewer judged attempts stops the report unless allow_incomplete.
     `billed_records`, when given, are what the bill sums (every try, retried errors included);
-    otherwise `records` are billed.
+    otherwise `records` are billed. `tasks`, when given, is the set the run was asked to play: a task of
+    it without any stored try counts as short of k too (a run killed between tasks is not complete).
     """
 
     name: str
@@ -43,6 +44,7 @@ class RunData:
     judge_model: str = ""
     allow_incomplete: bool = False
     billed_records: Sequence[Mapping[str, Any]] | None = None
+    tasks: Mapping[str, str] | None = None  # the run's task set (id -> domain, from run.json); None: as stored
 
     def role_models(self) -> dict[str, str]:
         return {"agent": self.model_name, "user": self.user_model, "judge": self.judge_model}
@@ -80,7 +82,9 @@ def compute_stats(run: RunData, rng: np.random.Generator, resamples: int = 2000)
     cells: dict[str, dict[int, str]] = {}
     for record in run.records:
         cells.setdefault(record["task_id"], {})[int(record["attempt"])] = record["outcome"]
-    summary = summarize(outcomes, domains, attempts=run.k, allow_incomplete=run.allow_incomplete)
+    unplayed = {task: domain for task, domain in (run.tasks or {}).items() if task not in outcomes}
+    summary = summarize(outcomes | {task: [] for task in unplayed}, domains | unplayed, attempts=run.k,
+                        allow_incomplete=run.allow_incomplete)
     billed = run.records if run.billed_records is None else run.billed_records
     cost = campaign_cost(billed, run.role_models(), run.prices)
     return RunStats(

@@ -25,7 +25,7 @@ from tbx.config import (
     TasksConfig,
     TrainConfig,
 )
-from tbx.errors import ConfigError
+from tbx.errors import EXIT_NO_UPDATE, ConfigError
 
 
 def _stage(cfg: Config, name: str, **changes: Any) -> Config:
@@ -89,19 +89,23 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
     select = clock("select", run_select, _stage(cfg, "select", select=SelectConfig(probe_run=probe["run_dir"])))
     steps: dict[str, Any] = {"probe": probe["run_dir"], "select": select["manifest"]}
     runs = {label: [run_dir] for label, run_dir in clock("evaluate", _evaluate, cfg, cfg.model).items()}
-    names = [cfg.model.name]
+    names, exit_code = [cfg.model.name], 0
     if select["kept"] == 0:
         print("the pool is empty (no task in the kept bands for this model): nothing to train")
     else:
         trained = clock("train", run_train, _stage(cfg, "train", train=TrainConfig(pool=select["manifest"])))
-        tuned = dataclasses.replace(cfg.model, path=trained["final_model"], name=f"{cfg.model.name}-grpo")
-        for label, run_dir in clock("evaluate", _evaluate, cfg, tuned).items():
-            runs[label].append(run_dir)
-        names.append(tuned.name)
         steps["train"] = trained["run_dir"]
+        if trained.get("final_model") is None:  # no step updated the model: there is no trained model to evaluate
+            print("no update ran in training: the base model alone is evaluated and reported")
+            exit_code = EXIT_NO_UPDATE
+        else:
+            tuned = dataclasses.replace(cfg.model, path=trained["final_model"], name=f"{cfg.model.name}-grpo")
+            for label, run_dir in clock("evaluate", _evaluate, cfg, tuned).items():
+                runs[label].append(run_dir)
+            names.append(tuned.name)
     reports = {label: clock("report", run_report, _stage(cfg, "report", runs=dirs, report=ReportConfig(
         names=names, allow_incomplete=True)))["markdown"] for label, dirs in runs.items()}
     steps |= {"eval": runs, "report": reports}
     print("pipeline done: " + ", ".join(f"{k} -> {v}" for k, v in steps.items()))
     print(f"pipeline took {clock.line()}")
-    return steps
+    return steps | ({"exit_code": exit_code} if exit_code else {})

@@ -19,6 +19,7 @@ from tbx.errors import ConfigError
 from tbx.grading import grade_state
 from tbx.grading.judge import JudgeVerdict
 from tbx.records import Outcome
+from tbx.runs import read_run_meta
 from tbx.store.results import ERROR_VALUES, read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange
@@ -56,7 +57,7 @@ def run_regrade(cfg: Config) -> dict[str, Any]:
     if not (run_dir / "results.sqlite").is_file() and not cfg.store.url:
         raise ConfigError(str(run_dir), "regrade.run_dir", "holds no results.sqlite",
                           "point it at an eval or probe run folder (or give store.url)")
-    run_id = json.loads((run_dir / "run.json").read_text())["identity"]
+    run_id = read_run_meta(run_dir / "run.json")["identity"]
     records = read_records(cfg.store.url or run_dir, run_id)
     runtimes = _load_runtimes(run_dir)
     checked, reproduced, mismatches = 0, 0, []

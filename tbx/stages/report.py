@@ -12,7 +12,6 @@ Runs of different k get a report per k (`k<K>/report.md`), then a one-line refus
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from tbx.cost import parse_price_table
 from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
 from tbx.report import INTERVAL_COLUMNS, RunData, render_report
-from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
 from tbx.view import viewer_command
@@ -49,7 +48,7 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     if not (run_dir / "run.json").is_file():
         raise ConfigError(str(run_dir), "runs", "is not a run folder (no run.json)",
                           "list the folders stage=eval printed")
-    meta = json.loads((run_dir / "run.json").read_text())
+    meta = read_run_meta(run_dir / "run.json")
     run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     tries = read_records(store_url or run_dir, meta["identity"])
     finals: dict[tuple[str, int], dict[str, Any]] = {}
@@ -67,7 +66,7 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     return RunData(name=name or agent, records=list(finals.values()), model_name=agent,
                    prices=parse_price_table(table, f"{run_dir}/config.yaml"), k=run_cfg["eval"]["attempts"],
                    user_model=roles.get("user", ""), judge_model=roles.get("judge", ""),
-                   allow_incomplete=allow_incomplete, billed_records=tries)
+                   allow_incomplete=allow_incomplete, billed_records=tries, tasks=meta.get("tasks"))
 
 
 def _by_k(runs: list[RunData]) -> dict[int, list[RunData]]:

@@ -24,7 +24,7 @@ from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
 from tbx.pool import PoolStrategy, select_pool
 from tbx.records import PoolManifest, PoolTask
-from tbx.runs import resolve_run_dir, save_run_meta
+from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
 
@@ -63,7 +63,7 @@ def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) 
                              band=None if d is None else names[d.band], mean=None if d is None else d.mean,
                              interval=None if d is None else tuple(d.interval),
                              masses=None if d is None else tuple(d.masses)))
-    probe_meta = json.loads((probe_dir / "run.json").read_text())
+    probe_meta = read_run_meta(probe_dir / "run.json")
     probe_tasks = yaml.safe_load((probe_dir / "config.yaml").read_text())["tasks"]  # as run, paths included
     return PoolManifest(
         probe_run=str(probe_dir.resolve()), probe_run_id=probe_meta["identity"],
@@ -91,7 +91,7 @@ def run_select(cfg: Config) -> dict[str, Any]:
     if not (probe_dir / "run.json").is_file():
         raise ConfigError(str(probe_dir), "select.probe_run", "is not a probe run folder (no run.json)",
                           "point it at the folder stage=probe printed")
-    probe_id = json.loads((probe_dir / "run.json").read_text())["identity"]
+    probe_id = read_run_meta(probe_dir / "run.json")["identity"]
     records = read_records(cfg.store.url or probe_dir, probe_id)
     if not records:
         raise ConfigError(str(probe_dir), "select.probe_run", "holds no probe attempts", "run stage=probe first")

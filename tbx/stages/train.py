@@ -35,7 +35,7 @@ from tbx.catalog import manifest_tasks
 from tbx.config import Config
 from tbx.durable import publish_folder, write_text
 from tbx.episodes import run_episode
-from tbx.errors import ConfigError
+from tbx.errors import EXIT_NO_UPDATE, ConfigError
 from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.preemption import run_loop
@@ -193,13 +193,31 @@ def run_train(cfg: Config) -> dict[str, Any]:
             backend.close()
     finally:
         store.close()
-    history = run.state.history
-    final = publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model")
+    return finish_training(run_dir, policy, manifest.hash, cfg.grpo.steps, len(tasks), run.state.history)
+
+
+def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: int,  # noqa: ANN001
+                    history: list[dict[str, Any]]) -> dict[str, Any]:
+    """train.json and the trained model, published atomically; a run in which no step updated the model
+    (every group zero-variance) saves no model, so nothing evaluates the base weights as trained, and
+    exits EXIT_NO_UPDATE."""
+    updates = sum("train/loss" in metrics for metrics in history)
+    final = None
+    if updates:
+        final = str(publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model"))
     record_engine(run_dir, policy.engine())
-    summary = {"run_dir": str(run_dir), "pool_hash": manifest.hash, "steps": cfg.grpo.steps, "history": history,
-               "final_model": str(final), "weights": policy.weights_version}
+    summary = {"run_dir": str(run_dir), "pool_hash": pool_hash, "steps": steps, "updates": updates,
+               "history": history, "final_model": final, "weights": policy.weights_version}
+    if not updates:
+        summary["exit_code"] = EXIT_NO_UPDATE
     write_text(run_dir / "train.json", json.dumps(summary, indent=2))
-    print(f"trained {cfg.grpo.steps} steps on {len(tasks)} pool tasks -> {final}")
+    if updates:
+        print(f"trained {steps} steps ({updates} with a model update) on {n_tasks} pool tasks -> {final}")
+    else:
+        print(f"no update ran: every group of all {steps} steps had zero variance (the same reward for every "
+              f"attempt), so no trained model was saved ({run_dir / 'train.json'}); fix: a pool with tasks the "
+              "model sometimes passes (stage=select's bands), larger grpo.group_size, or "
+              "grpo.replace_zero_variance=true", file=sys.stderr)
     return summary
 
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
 import time
 from collections import defaultdict
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +90,38 @@ attempts = Table(
 claims = claims_table(metadata)
 
 
+DAMAGED_FIX = ("start over with another run_dir (or delete that folder); its tries cannot all be read back, "
+               "so nothing resumes from it")
+
+
+def check_store_file(path: Path) -> None:
+    """Refuse a results.sqlite that is not one: not a SQLite file (replaced by text), damaged pages, or
+    another tool's database (tables of its own, or an `attempts` table of another shape), before anything
+    reads or writes it."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with path.open("rb") as handle:
+        if handle.read(16) != b"SQLite format 3\0":
+            raise ConfigError(str(path), "run_dir", "is not a SQLite results store", DAMAGED_FIX)
+    try:
+        with closing(sqlite3.connect(path, timeout=5)) as conn:
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(attempts)")}
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(str(path), "run_dir", f"is a damaged results store ({exc})", DAMAGED_FIX) from None
+    if problems != ["ok"]:
+        first = " ".join(problems[0].replace("*** in database main ***", "").split())
+        raise ConfigError(str(path), "run_dir", f"is a damaged results store ({first})", DAMAGED_FIX)
+    ours = set(metadata.tables)
+    if tables and (not tables & ours or (columns and columns != set(attempts.c.keys()))):
+        raise ConfigError(str(path), "run_dir", f"holds another tool's database (tables: {', '.join(sorted(tables))})",
+                          "give another run_dir of its own (or none: each run gets its own folder); that file is left as it is")
+
+
 def _sqlite_engine(path: Path, timeout_s: float) -> Engine:
     ensure_folder(path.parent)
+    check_store_file(path)
     engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": timeout_s})
 
     @event.listens_for(engine, "connect")
@@ -301,6 +333,7 @@ def _record_blobs(source: str | Path, run_id: str | None = None) -> Iterator[str
         path = path / "results.sqlite" if path.is_dir() else path
         if not path.is_file():
             raise InfraError(f"no results store at {path}")
+        check_store_file(path)
         engine = create_engine(f"sqlite:///{path}")
     try:
         query = select(attempts.c.record).order_by(attempts.c.run_id, attempts.c.task_id, attempts.c.attempt,

@@ -169,6 +169,9 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
     task_id = _text(data, "id", source, "")
     if ".." in task_id or task_id.startswith("/"):
         raise _fail(source, "id", f"{task_id!r} looks like a path", "use letters, digits, '-', '_' and '/'")
+    if not task_id.isprintable() or len(task_id) > 200:  # it names rows, files and lines of a report
+        raise _fail(source, "id", f"{task_id[:60]!r} holds a control character (or is over 200 characters)",
+                    "use printable text: letters, digits, '-', '_' and '/'")
     split = data["split"]
     if split not in ("bench", "train"):
         raise _fail(source, "split", f"is {split!r}", "use 'bench' (evaluation) or 'train' (training pool)")

@@ -129,6 +129,8 @@ class FactReader:
         self.longest = max((len(p) for p in self.table), default=1)
         told = re.findall(r"\b[A-Z][a-z]+\b", f"{scenario.opening_message} {scenario.instructions}")
         self.others = {w.lower() for w in told} - set(tokenize(normalize(scenario.persona))) - lx.STOPWORDS
+        self.foreign = foreign_phrases(self.profiles.values())
+        self.somebody_else = frozenset(tuple(tokenize(normalize(p))) for g in lx.THIRD_PARTY.values() for p in g)
 
     def segment(self, words: list[str], names: set[str]) -> list[tuple[str, _Term | None]]:
         """Words grouped into the longest known phrases, each with what it can mean."""
@@ -252,6 +254,14 @@ class FactReader:
             end += 1
         return range(start, end)
 
+    def _names_foreign(self, row: list[tuple[str, _Term | None]], clause: range,
+                       phrases: frozenset[tuple[str, ...]] | None = None) -> bool:
+        """Whether the clause names a fact this user does not hold (a phrase the lexicon gives to one fact
+        alone, or somebody else where the user holds nobody else's facts)."""
+        words = [w for j in clause for w in row[j][0].split()]
+        return any(tuple(words[i:i + len(p)]) == p for p in (self.foreign if phrases is None else phrases)
+                   for i in range(len(words)))
+
     def _owner(self, terms: list[list[tuple[str, _Term | None]]], s: int, anchor: frozenset[int]) -> str:
         """Whose thing the words at `anchor` name: "third" (a marker, their/his/her, a named person),
         "first" (your/you) or "" — the nearest owner word before them, else after, else earlier."""
@@ -271,6 +281,9 @@ class FactReader:
         """Weaken a reading whose owner does not fit the fact; drop such a bare cue. Owners matter
         only where the user holds somebody else's facts too ("Grace's hours" may be the user's)."""
         if not any(p.third_party for p in self.profiles.values()):
+            row = terms[candidate.sentence]
+            if self._names_foreign(row, self._clause(row, min(candidate.anchor)), self.somebody_else):
+                return None  # "the payee's account number": the user holds nobody else's facts
             return candidate
         third = self._owner(terms, candidate.sentence, candidate.anchor) == "third"
         if self.profiles[candidate.fact].third_party == third:
@@ -305,6 +318,8 @@ class FactReader:
             named.update((c.fact, s) for c in group if c.fact in found)
             if (s, cue) in taken or (s, self._clause(terms[s], cue).start) in answered:
                 continue
+            if self._names_foreign(terms[s], self._clause(terms[s], cue)):
+                continue  # "When were you born?" is not the only date the user holds; "the payee's number" not theirs
             group = [c for c in group if c.fact not in found]
             pick = list({c.fact: c for c in [c for c in group if c.score >= 2] or group}.values())
             if len(pick) == 1:
@@ -325,6 +340,22 @@ class FactReader:
                        for s, sentence in enumerate(sentences))
         facts = tuple(sorted(found, key=found.__getitem__))
         return Asked(facts, tuple(ambiguous), unplaced and not ambiguous, frozenset(asked_sentences))
+
+
+def foreign_phrases(profiles: Iterable[FactProfile]) -> frozenset[tuple[str, ...]]:
+    """Phrases that name a fact none of `profiles` is: the lexicon's phrases that name one fact alone
+    (`lx.STRONG`: "born", "vin") where no held fact has that word, and the words for somebody else
+    (`lx.THIRD_PARTY`: "payee", "driver") where no held fact is somebody else's. A bare kind cue next to
+    one of them ("When were you born?", "the payee's account number") asks for that fact, not for the
+    only fact of the kind the user holds."""
+    held = [p for p in profiles]
+    words = {w for p in held for w in p.name.lower().split("_")}
+    strong = {phrase for p in held for phrase in p.strong}
+    phrases = {phrase for word, group in lx.STRONG.items() if word not in words for phrase in group
+               if phrase not in strong}
+    if not any(p.third_party for p in held):
+        phrases |= {phrase for group in lx.THIRD_PARTY.values() for phrase in group}
+    return frozenset(tuple(tokenize(normalize(phrase))) for phrase in phrases)
 
 
 READERS_KEPT = 4096  # fact readers kept per process (a campaign's tasks; more start the count over)

@@ -27,6 +27,15 @@ FAILED_VERIFICATION = {"travel": 4, "retail": 8, "auto_insurance": 9, "neobank":
                        "clinic": 8, "helpdesk": 8, "hr_payroll": 8, "mock": 0}
 
 
+# Families whose verification fails by design and whose expected state is the case the agent logs: the
+# same case logged without trying to verify passes too (a failed verification writes nothing), so their
+# verdict cannot see a skipped attempt (docs/tasks.md).
+BLIND_TO_A_SKIPPED_ATTEMPT = {"travel": ("identity_mismatch",), "retail": ("identity_mismatch",),
+                              "auto_insurance": ("identity_mismatch",), "neobank": ("identity_mismatch",),
+                              "consulting": ("invoice_unauthorized",), "clinic": ("identity_fails_hard",),
+                              "helpdesk": ("identity_fails_hard",), "hr_payroll": ("identity_fails_hard",)}
+
+
 def _other(rows: dict, table: str, person: int, fits=lambda row: True) -> dict:
     return next(r for r in rows[table] if r["id"] != person and fits(r))
 
@@ -90,6 +99,10 @@ def test_every_verification_is_checked_skipping_it_or_verifying_someone_else_fai
         if not records:
             counts["failed" if verifies else "none"] += 1
             assert set(runtime.domain.records) <= set(runtime.volatile), runtime.task.id  # a record is ignored
+            if verifies:  # docs/guarantees.md names the families whose verdict cannot see a skipped attempt
+                skipped = grade(runtime, backend, [s for s in reference if s.tool not in VERIFY_TOOLS])
+                blind = runtime.task.family in BLIND_TO_A_SKIPPED_ATTEMPT.get(domain, ())
+                assert skipped.passed is blind, (runtime.task.id, skipped.passed)
             continue
         counts["record"] += 1
         assert len(records) == 1 and len(verifies) == 1, runtime.task.id

@@ -164,6 +164,25 @@ def test_report_compares_stored_runs_and_refuses_incomplete_ones(tmp_path):
     assert Path(allowed["markdown"]).is_file()
 
 
+def test_a_report_of_a_run_killed_between_tasks_is_refused(tmp_path):
+    """A kill at a task boundary leaves every stored task complete and the others without a try: the report
+    compares with the task set the run was asked (run.json), so it refuses, and allow_incomplete counts them."""
+    import sqlite3
+
+    from tbx.errors import ConfigError
+
+    oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", "eval.attempts=2"))
+    assert len(json.loads((Path(oracle["run_dir"]) / "run.json").read_text())["tasks"]) == 3
+    with sqlite3.connect(Path(oracle["run_dir"]) / "results.sqlite") as db:  # the kill landed before this task
+        db.execute("DELETE FROM attempts WHERE task_id = 'mock/nickname/1'")
+    runs = f"runs=[{oracle['run_dir']}]"
+    with pytest.raises(ConfigError, match=r"mock/nickname/1 \(0 of 2\)") as error:
+        run(make_cfg(tmp_path, "stage=report", runs))
+    assert error.value.field == "report.allow_incomplete"
+    allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
+    assert "| 2 | 2 | 4 | none | 1 |" in Path(allowed["markdown"]).read_text()  # tasks, k, attempts, errors, incomplete
+
+
 def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
     from tests import wandb_reader
 

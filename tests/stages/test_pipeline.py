@@ -50,6 +50,22 @@ def test_the_trained_model_is_evaluated_under_its_own_name(tmp_path, monkeypatch
     assert len(groups) == 1 and groups.pop().startswith("pipeline-")
 
 
+def test_a_training_run_without_an_update_is_not_evaluated_as_trained(tmp_path, monkeypatch):
+    """stage=train saved no model (no step updated it): only the base model is evaluated, the pipeline exits 4."""
+    from tbx.errors import EXIT_NO_UPDATE
+
+    evaluated = []
+    monkeypatch.setattr(tbx.stages.probe, "run_probe", lambda cfg: {"run_dir": "probe"})
+    monkeypatch.setattr(tbx.stages.select, "run_select", lambda cfg: {"manifest": "pool.json", "kept": 3})
+    monkeypatch.setattr(tbx.stages.train, "run_train", lambda cfg: {"run_dir": "train", "final_model": None,
+                                                                   "updates": 0, "exit_code": EXIT_NO_UPDATE})
+    monkeypatch.setattr(tbx.stages.eval, "run_eval", lambda cfg: evaluated.append(cfg) or {"run_dir": run_name(cfg)})
+    monkeypatch.setattr(tbx.stages.report, "run_report", lambda cfg: {"markdown": "report.md"})
+    steps = run_pipeline(compose_cfg("experiment=embedded_pipeline", f"out_root={tmp_path}"))
+    assert [c.model.path for c in evaluated] == [evaluated[0].model.path] * 2  # the base model, on both sets
+    assert all(len(dirs) == 1 for dirs in steps["eval"].values()) and steps["exit_code"] == EXIT_NO_UPDATE
+
+
 def test_the_held_out_seed_must_differ_from_the_training_seed(tmp_path):
     cfg = compose_cfg("experiment=embedded_pipeline", f"out_root={tmp_path}", "pipeline.heldout_seed=0")
     with pytest.raises(ConfigError, match="pipeline.heldout_seed"):

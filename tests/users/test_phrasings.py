@@ -142,3 +142,29 @@ def test_completion_and_cannot_help_statements_end_the_talk(reason):
     for text in CORPUS["endings"][reason]:
         turn = ScriptedSession(task.user).answer(text)
         assert (turn.done, turn.reason, turn.revealed) == (True, reason, ()), text
+
+
+SAME_FACT = {("email", "work_email")}  # asked by another name, the same thing: a consulting user's email
+
+
+def test_asks_for_facts_the_user_does_not_hold_reveal_no_other_fact():
+    """Every private fact any task of a domain holds, asked in three plain forms of each of the domain's
+    task scenarios that lack it: the user reveals nothing (or, for SAME_FACT, the same thing by its name)."""
+    from tbx.domains import domain_names
+
+    asks, revealed = 0, []
+    for name in domain_names():
+        domain = get_domain(name)
+        tasks = [load_task(dict(t), f"{name}[{i}]", domain.policy) for i, t in enumerate(domain.generate_tasks(0))]
+        every = sorted({f for t in tasks for f in t.user.private_facts})
+        seen = set()
+        for task in tasks:
+            held = tuple(sorted(task.user.private_facts))
+            for fact in (f for f in every if f not in held and (task.family, held, f) not in seen):
+                seen.add((task.family, held, fact))
+                for form in ("What is your {}?", "Could you tell me the {}?", "Please provide your {}."):
+                    asks += 1
+                    turn = ScriptedSession(task.user).answer(form.format(fact.replace("_", " ")))
+                    revealed += [(task.id, fact, other) for other in turn.revealed if (fact, other) not in SAME_FACT]
+    print(f"\nasks for facts the user does not hold: {asks}, {len(revealed)} revealed another fact")
+    assert asks > 1500 and revealed == []

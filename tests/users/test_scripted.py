@@ -142,3 +142,18 @@ def test_a_turn_that_carries_the_stop_marker_ends_the_talk_without_it():
 
     turn = UserTurn(f"Great, thanks! {STOP} Bye.", False)  # any simulator's, bundled or not
     assert (turn.text, turn.done) == ("Great, thanks! Bye.", True)
+
+
+@pytest.mark.parametrize(("task_id", "ask"), [
+    ("travel/rebook_flight/s0-00", "When were you born?"),  # its only date is the new travel date
+    ("travel/rebook_flight/s0-00", "Could you tell me your date of birth?"),
+    ("neobank/transfer_within_limit/s0-00", "What is the payee's account number?"),  # it holds its own number
+    ("auto_insurance/file_claim/s0-00", "What is the driver's birth date?"),  # it holds its own birth date
+])
+def test_an_ask_for_a_fact_the_user_does_not_hold_reveals_no_other_fact(task_id, ask):
+    """A bare kind cue ("date", "number") next to words naming another fact or somebody else is not a
+    request for the one fact of that kind the user holds: the user declines instead of revealing it."""
+    domain = get_domain(task_id.split("/")[0])
+    task = next(load_task(dict(t), task_id, domain.policy) for t in domain.generate_tasks(0) if t["id"] == task_id)
+    turn = ScriptedSession(task.user).answer(ask)
+    assert turn.revealed == (), (ask, turn.text)
