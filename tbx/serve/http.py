@@ -43,7 +43,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from tbx.errors import ConfigError
+from tbx.listen import start_listening
 from tbx.serve import LOOPBACK
 from tbx.serve.campaign import Campaign, Seat
 from tbx.serve.server import episode_server
@@ -191,20 +191,10 @@ async def serve_http(campaign: Campaign, host: str, port: int, token: str | None
     """Serve until every attempt is final (then give the last clients `grace_s` to close their
     sessions) or the process is stopped. `announce` gets the URL once the port is bound."""
     sessions = EpisodeSessions(campaign, idle_timeout_s, transport_security(host), version)
-    server = uvicorn.Server(uvicorn.Config(http_app(sessions, token), host=host, port=port, log_level="warning",
-                                           lifespan="on", timeout_graceful_shutdown=5))
-    serving = asyncio.create_task(server.serve())
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.02)
-    if serving.done():  # uvicorn exits (SystemExit) when it cannot bind
-        try:
-            await serving
-        except SystemExit:
-            pass
-        raise ConfigError("conf/stage/serve.yaml", "serve.port", f"cannot listen on {host}:{port} (in use?)",
-                          "give a free port, or serve.port=0 for any free one")
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    announce(f"http://{f'[{host}]' if ':' in host else host}:{bound}{PATH}")
+    server, serving, base = await start_listening(
+        uvicorn.Config(http_app(sessions, token), host=host, port=port, log_level="warning", lifespan="on",
+                       timeout_graceful_shutdown=5), "conf/stage/serve.yaml", "serve.port")
+    announce(f"{base}{PATH}")
     finished = asyncio.create_task(campaign.done.wait())
     try:
         await asyncio.wait({serving, finished}, return_when=asyncio.FIRST_COMPLETED)

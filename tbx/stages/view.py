@@ -47,24 +47,14 @@ def run_view(cfg: Config) -> dict[str, Any]:
 async def _serve(cfg: Config, runs) -> None:  # noqa: ANN001 - list[StoredRun]
     import uvicorn
 
+    from tbx.listen import start_listening
     from tbx.view.app import viewer_app
 
     token = os.environ.get(cfg.view.token_env) if cfg.view.token_env else None
-    server = uvicorn.Server(uvicorn.Config(viewer_app(runs, cfg.view.page_size, token), host=cfg.view.host,
-                                           port=cfg.view.port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
-    while not server.started and not serving.done():
-        await asyncio.sleep(0.02)
-    if serving.done():  # uvicorn exits (SystemExit) when it cannot bind
-        try:
-            await serving
-        except SystemExit:
-            pass
-        raise ConfigError("conf/stage/view.yaml", "view.port", f"cannot listen on {cfg.view.host}:{cfg.view.port} "
-                          "(in use?)", "give a free port, or view.port=0 for any free one")
-    host = cfg.view.host
-    bound = server.servers[0].sockets[0].getsockname()[1]
-    url = f"http://{f'[{host}]' if ':' in host else host}:{bound}/"
+    _, serving, base = await start_listening(
+        uvicorn.Config(viewer_app(runs, cfg.view.page_size, token), host=cfg.view.host, port=cfg.view.port,
+                       log_level="warning"), "conf/stage/view.yaml", "view.port")
+    url = f"{base}/"
     needs = f" (open it with ?token=<the value of ${cfg.view.token_env}>)" if token else ""
     print(f"viewer of {len(runs)} run(s) at {url}{needs}; Ctrl-C stops it", flush=True, file=sys.stdout)
     await serving
