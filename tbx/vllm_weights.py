@@ -70,6 +70,12 @@ def write_head(folder: Path, head: Any) -> None:
         data = json.loads(index.read_text())
         data["weight_map"]["lm_head.weight"] = HEAD_FILE
         index.write_text(json.dumps(data, indent=2))
+    mark_untied(folder)
+
+
+def mark_untied(folder: Path) -> None:
+    """`folder`'s config says its output layer is a tensor of its own (at the top level and in a
+    multimodal model's text config)."""
     config = json.loads((folder / "config.json").read_text())
     config["tie_word_embeddings"] = False
     if isinstance(config.get("text_config"), dict):
@@ -146,11 +152,7 @@ def untied_copy(directory: Path, cache: Path, version: str) -> Path:
         if source.is_file() and source.suffix != ".safetensors" and source.name != INDEX:
             shutil.copy2(source, staging / source.name)
     save_file(tensors, str(staging / "model.safetensors"))
-    config = json.loads((staging / "config.json").read_text())
-    config["tie_word_embeddings"] = False
-    if isinstance(config.get("text_config"), dict):
-        config["text_config"]["tie_word_embeddings"] = False
-    (staging / "config.json").write_text(json.dumps(config, indent=2))
+    mark_untied(staging)
     try:
         os.rename(staging, target)
     except OSError:
