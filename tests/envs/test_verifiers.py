@@ -57,7 +57,7 @@ def reference(task):
 def vf_eval(tmp_path, task_overrides, respond, *flags):
     """`vf-eval tbx-tasks` against the scripted model; the tbx records it stored, and the chat requests."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    with FakeOpenAIServer(respond=respond) as model:
+    with FakeOpenAIServer(answer=respond) as model:
         command = [str(VF_EVAL), "tbx-tasks", "-m", "fake-model", "--client.base-url", model.base_url,
                    "--client.api-key-var", "FAKE_KEY", "--no-push", "-o", str(tmp_path / "vf"),
                    "--env.player.runtime.type", "subprocess", "--env.taskset.overrides", json.dumps(task_overrides),

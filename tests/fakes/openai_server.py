@@ -76,10 +76,12 @@ class FakeOpenAIServer:
     """`with FakeOpenAIServer() as server:` then `server.script(...)`, `server.base_url`, `server.requests`."""
 
     def __init__(self, models: Sequence[str] = ("fake-model",), default: Scripted | None = None,
-                 host: str = "127.0.0.1", port: int = 0, respond: Callable[[Any], Scripted] | None = None):
+                 host: str = "127.0.0.1", port: int = 0, answer: Callable[[Any], Scripted] | None = None):
         self.models = list(models)
         self.default = default  # answer when the queue is empty; None: a 500 that names the problem
-        self.respond = respond  # answers each chat request from its body instead of the queue (a scripted agent)
+        # answers each chat request from its body instead of the queue (a scripted agent); not named
+        # `respond`, which subclasses such as tests/hardening/test_leaks.RespondingServer use behind _next_reply
+        self.answer = answer
         self.requests: list[Recorded] = []
         self.in_flight = 0  # chat requests being answered now
         self.max_in_flight = 0  # the most at once, to check a client's concurrency limit
@@ -170,7 +172,7 @@ class FakeOpenAIServer:
                 if self.path != "/v1/chat/completions":
                     self._send(404, b'{"error": "not found"}')
                     return
-                reply = server.respond(body) if server.respond is not None else server._next_reply()
+                reply = server.answer(body) if server.answer is not None else server._next_reply()
                 server._count_in_flight(+1)  # counted until the answer is sent, so no race with the client
                 try:
                     stopped = bool(reply.delay_s) and server._stopping.wait(reply.delay_s)
