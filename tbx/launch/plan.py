@@ -106,7 +106,9 @@ def make_plan(cfg: Config, n_tasks: int | None = None) -> JobPlan:
         batch = TrainBatch(cfg.grpo.groups_per_step, cfg.grpo.group_size)
         data_parallel = check_trainer(cfg, batch, tasks)
         ray_nodes = tasks if cfg.grpo.trainer == "verl" and hw.executor != "debug" else 0
-    ray_gpus, ray_cpus, ray_store = ray_resources(gpus_per_task, hw.cpus_per_task) if ray_nodes else (0, 0, None)
+    # a Ray node of any other job (RayJob brings one up for whatever it runs) has the task's own resources
+    ray_gpus, ray_cpus, ray_store = (ray_resources(gpus_per_task, hw.cpus_per_task) if ray_nodes
+                                     else (gpus_per_task, hw.cpus_per_task, None))
     return JobPlan(
         stage=cfg.stage.name, hardware=hw.name, executor=str(hw.executor), nodes=hw.nodes,
         tasks_per_node=hw.tasks_per_node, gpus_per_task=gpus_per_task, cpus_per_task=hw.cpus_per_task,
