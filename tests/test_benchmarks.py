@@ -27,13 +27,16 @@ SMALLEST = {
 }
 
 
+ON_A_RUN = ("compare_runs.py", "viewer_speed.py")  # they read stored runs: tested below on mock runs
+
+
 def bench(name: str, *args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True, text=True,
                           cwd=cwd, timeout=900)
 
 
 def test_every_benchmark_script_is_listed():
-    assert sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")) == sorted([*SMALLEST, "compare_runs.py"])
+    assert sorted(p.name for p in (ROOT / "benchmarks").glob("*.py")) == sorted([*SMALLEST, *ON_A_RUN])
 
 
 @pytest.mark.slow
@@ -55,3 +58,12 @@ def test_compare_runs_compares_two_run_folders(tmp_path):
     out = bench("compare_runs.py", left, right)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "3 attempts (3 left, 3 right)" in out.stdout and "3 identical, 0 differ" in out.stdout
+
+
+def test_viewer_speed_times_the_viewer_on_a_run_folder(tmp_path):
+    from tests.stages.test_eval_regrade import make_cfg, run
+
+    run_dir = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle"))["run_dir"]
+    out = bench("viewer_speed.py", run_dir)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert any(ch.isdigit() for ch in out.stdout), out.stdout[-2000:]  # it printed a figure

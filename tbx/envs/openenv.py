@@ -22,12 +22,12 @@ Each WebSocket session has its own environment (`SUPPORTS_CONCURRENT_SESSIONS`).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import sys
 from typing import Any
 
 from tbx.envs.episodes import Episode, TaskSet
+from tbx.preemption import run_loop
 from tbx.records import ERROR_OUTCOMES
 from tbx.serve.server import GET_USER_MESSAGE, REPLY_TO_USER, USER_TOOLS, domain_tools
 
@@ -101,10 +101,10 @@ def environment_factory(tasks: TaskSet):  # noqa: ANN201 - a class of openenv's 
 
         def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
                   **_: Any) -> Any:
-            return asyncio.run(self.reset_async(seed, episode_id, task_id))
+            return run_loop(self.reset_async(seed, episode_id, task_id))
 
         def step(self, action: Any, timeout_s: float | None = None, **_: Any) -> Any:
-            return asyncio.run(self.step_async(action, timeout_s))
+            return run_loop(self.step_async(action, timeout_s))
 
         @property
         def state(self) -> Any:

@@ -13,7 +13,6 @@ Loopback by default; any other `view.host` needs `view.token_env` (as stage=serv
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 from tbx.config import Config
 from tbx.errors import ConfigError
+from tbx.preemption import run_loop
 from tbx.view.store import load_runs
 
 
@@ -37,7 +37,7 @@ def run_view(cfg: Config) -> dict[str, Any]:
             index = Path(cfg.view.export) / "index.html"
             print(f"viewer: {len(written)} pages of {len(runs)} run(s) -> {index}")
             return {"export": str(index), "pages": len(written)}
-        asyncio.run(_serve(cfg, runs))
+        run_loop(_serve(cfg, runs))
         return {"served": True}
     finally:
         for run in runs:
