@@ -9,7 +9,8 @@ import uvicorn
 from tbx.errors import ConfigError
 
 
-async def start_listening(config: uvicorn.Config, conf_file: str, field: str) -> tuple[uvicorn.Server, asyncio.Task, str]:
+async def start_listening(config: uvicorn.Config, conf_file: str,
+                          field: str) -> tuple[uvicorn.Server, asyncio.Task, str]:
     """The server, its serving task and its base URL (`http://host:port`) once the port is bound; a port
     it cannot bind is a ConfigError naming `field` of `conf_file` (`field=0` picks any free port)."""
     server = uvicorn.Server(config)

@@ -4,8 +4,9 @@ Registered as `tbx_episode` by the YAML at `actor_rollout_ref.rollout.agent.agen
 (written by `tbx.verl_bridge.data.write_bridge_files`; its entry passes `tbx_config_path`, the run
 and the retry and prompt settings to `__init__`). Not with verl's `@register` as well: the worker
 imports this module at the first instantiation, after it read the YAML, and the decorator would
-then replace the YAML's entry by a bare one, so every later episode lost its arguments. verl makes one loop object per trajectory; the episode world
-(backend, user simulator, judge, prepared tasks) is built once per worker process.
+then replace the YAML's entry by a bare one, so every later episode lost its arguments. verl makes
+one loop object per trajectory; the episode world (backend, user simulator, judge, prepared tasks)
+is built once per worker process.
 
 How an episode maps onto verl 0.9.1's `AgentLoopOutput`:
 - `prompt_ids`: the first prompt (system policy, tools, demonstrations, the user's opening);

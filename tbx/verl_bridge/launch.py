@@ -5,7 +5,7 @@
 (the head, with RAY_ADDRESS set) calls `run_verl_training`, which
 
 1. finds the model folder (the embedded default's converted GGUF when `model.path` is unset; on
-   CPU an untied serving copy of a tied model, `tbx.verl_bridge.cpu`), plans the run from `grpo`,
+   CPU a tied model's untied copy, `tbx.vllm_weights.untied_copy`), plans the run from `grpo`,
    `hardware` and the pool manifest (`plan_training`: checked sizes),
 2. opens the run's results store and discards the episodes of every step after verl's newest
    checkpoint (a killed run replays those steps; each is stored once),
