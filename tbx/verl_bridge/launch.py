@@ -14,7 +14,9 @@
 4. starts `python -m <grpo.verl_entry> <overrides>` (verl's `main_ppo` by default) in the run
    folder with the environment of the head (plus the CPU platform's variables on hardware without
    GPUs), so its `ray.init()` joins the running cluster; streams its output to the terminal and to
-   `verl/main_ppo.log`; a non-zero exit is an InfraError that quotes the end of the log;
+   `verl/main_ppo.log`; a non-zero exit is an InfraError that quotes the end of the log; verl's file
+   logger writes each step's metrics to `verl/metrics.jsonl` as the step ends (an earlier start's file is
+   kept as `verl/metrics.<n>.jsonl`: verl truncates the file it opens; `step_metrics` reads them all);
 5. merges verl's last checkpoint into a Hugging Face folder (`final_model/`) with verl's own
    merger, and records verl's version and the checkpoint in `run.json`.
 
@@ -29,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -47,6 +50,7 @@ from tbx.store.training import first_attempt_of
 from tbx.verl_bridge.cpu import cpu_environment
 from tbx.verl_bridge.data import write_bridge_files
 from tbx.verl_bridge.overrides import (
+    METRICS_FILE,
     VERL_VERSION,
     GrpoSettings,
     HardwareSettings,
@@ -123,6 +127,7 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
     environment = dict(os.environ)
     if hardware.cpu:
         environment |= cpu_environment(cfg.model.server.kv_cache_gib, hardware.cpus_per_node)
+    keep_earlier_metrics(folder)
     run_trainer(command, run_dir, environment, log_path)
     checkpoints = Path(plan.paths.checkpoint_dir)
     step = latest_verl_step(checkpoints)
@@ -132,7 +137,36 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
                "base_model": str(model_dir), "device": "cpu" if hardware.cpu else "cuda"}
     return {"run_dir": str(run_dir), "trainer": "verl", "pool_hash": plan.pool_hash, "steps": plan.grpo.steps,
             "trained_steps": step, "checkpoints": str(checkpoints), "final_model": str(final) if final else None,
-            "command": str(folder / "command.sh"), "log": str(log_path), "verl": trainer}
+            "command": str(folder / "command.sh"), "log": str(log_path), "metrics": str(folder / METRICS_FILE),
+            "verl": trainer}
+
+
+def keep_earlier_metrics(folder: Path) -> None:
+    """Move an earlier start's metrics file aside (`metrics.<n>.jsonl`): verl's file logger truncates its file."""
+    current = folder / METRICS_FILE
+    if current.is_file():
+        current.rename(folder / f"metrics.{len(_earlier_metrics(folder)) + 1}.jsonl")
+
+
+def _earlier_metrics(folder: Path) -> list[Path]:
+    numbered = [path for path in folder.glob("metrics.*.jsonl") if path.stem.split(".")[1].isdigit()]
+    return sorted(numbered, key=lambda path: int(path.stem.split(".")[1]))
+
+
+def step_metrics(folder: Path) -> dict[int, dict[str, Any]]:
+    """verl's metrics per step over every start of the run, oldest start first (a step a resumed run
+    replayed has its last start's values). A line cut short by a kill is skipped."""
+    metrics: dict[int, dict[str, Any]] = {}
+    for path in [*_earlier_metrics(folder), folder / METRICS_FILE]:
+        if not path.is_file():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+                metrics[int(record["step"])] = dict(record["data"])
+            except (ValueError, KeyError, TypeError):
+                continue
+    return metrics
 
 
 def discard_unsaved_steps(cfg: Config, run_dir: Path, run_id: str, checkpoints: Path) -> int:

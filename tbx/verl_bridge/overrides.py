@@ -44,6 +44,7 @@ VERL_VERSION = "0.9.1"  # the one verl release the bridge is written and tested 
 AGENT_LOOP_NAME = "tbx_episode"  # `agent_name` of our rows and `default_agent_loop`
 AGENT_LOOP_TARGET = "tbx.verl_bridge.agent_loop.TbxEpisodeLoop"
 FILTER_METRIC = "acc"  # reward_extra_info key holding the verdict; zero variance of it = no signal
+METRICS_FILE = "metrics.jsonl"  # in <run>/verl: verl's file logger (trainer.logger "file"); earlier starts' in metrics.<n>.jsonl
 SAMPLER_PATH, SAMPLER_NAME = "pkg://tbx.verl_bridge.sampler", "TbxReplayBuffer"
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")  # verl 0.9.1 workers/config/actor.py
@@ -119,6 +120,7 @@ class BridgePaths:
     manifest: str  # copy of the pool manifest the rows came from
     checkpoint_dir: str  # [trainer.default_local_dir]
     rollout_dir: str  # every trained trajectory per step as verl scored it, JSONL [trainer.rollout_data_dir]
+    metrics_file: str  # verl's metrics, a JSON line per step, written as each step ends (its file logger)
 
     @staticmethod
     def under(run_dir: str) -> BridgePaths:
@@ -127,7 +129,8 @@ class BridgePaths:
                            agent_loop_config=str(root / "verl" / "agent_loops.yaml"),
                            tbx_config=str(root / "verl" / "tbx_config.yaml"),
                            manifest=str(root / "verl" / "pool.json"),
-                           checkpoint_dir=str(root / "checkpoints"), rollout_dir=str(root / "verl" / "rollouts"))
+                           checkpoint_dir=str(root / "checkpoints"), rollout_dir=str(root / "verl" / "rollouts"),
+                           metrics_file=str(root / "verl" / METRICS_FILE))
 
 
 @dataclass(frozen=True)
@@ -321,7 +324,7 @@ def _rollout(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
 
 
 def _trainer(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
-    g, hw = plan.grpo, plan.hardware
+    g, hw, paths = plan.grpo, plan.hardware, plan.paths
     return [
         ("trainer.nnodes", hw.nodes),
         ("trainer.n_gpus_per_node", hw.gpus_per_node),
@@ -335,7 +338,10 @@ def _trainer(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
         ("+trainer.v1.sampler.sampler_kwargs.metric", FILTER_METRIC if g.replace_zero_variance else None),
         ("+trainer.v1.sampler.sampler_kwargs.max_replacements", g.max_replacements),
         ("+trainer.v1.sampler.sampler_kwargs.train_batch_size", g.groups_per_step),
-        ("trainer.logger", ["console", "wandb"] if cfg.logger.kind == "wandb" else ["console"]),
+        # verl's file logger writes each step's metrics unbuffered as the step ends: a killed run keeps them
+        # (the console's lines pass through Ray's log forwarding, which a SIGKILL can cut short)
+        ("trainer.logger", ["console", "file", "wandb"] if cfg.logger.kind == "wandb" else ["console", "file"]),
+        ("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", paths.metrics_file),
         ("trainer.project_name", cfg.logger.project),
         ("trainer.experiment_name", plan.experiment),
         ("trainer.default_local_dir", plan.paths.checkpoint_dir),

@@ -15,7 +15,7 @@ import pytest
 
 from tbx.errors import InfraError
 from tbx.records import PoolManifest
-from tbx.verl_bridge.launch import run_verl_training, verl_command
+from tbx.verl_bridge.launch import keep_earlier_metrics, run_verl_training, step_metrics, verl_command
 from tests.launch import ROOT, compose_cfg
 from tests.verl_bridge.test_overrides import manifest
 
@@ -58,3 +58,28 @@ def test_a_failing_trainer_is_an_infra_error_quoting_its_log(tmp_path, monkeypat
     with pytest.raises(InfraError, match="status 3(.|\n)*failing as asked"):
         run_verl_training(verl_cfg(tmp_path), pool, run_dir, "exp", "run1")
     assert "failing as asked" in (run_dir / "verl" / "main_ppo.log").read_text()
+
+
+def test_step_metrics_survive_a_restart_that_replays_a_step(tmp_path):
+    """verl's file logger truncates its file at each start: the launcher keeps an earlier start's file and
+    the reader joins them. Start 1 logged step 1 and was killed inside step 2 (half a line); start 2
+    replayed step 2 (grad_norm 0.5), so step 1 is start 1's and step 2 start 2's."""
+    folder = tmp_path / "verl"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text('{"step": 1, "data": {"actor/grad_norm": 1.5}}\n{"step": 2, "da')
+    keep_earlier_metrics(folder)
+    assert not (folder / "metrics.jsonl").exists() and (folder / "metrics.1.jsonl").is_file()
+    (folder / "metrics.jsonl").write_text('{"step": 2, "data": {"actor/grad_norm": 0.5}}\n')
+    assert step_metrics(folder) == {1: {"actor/grad_norm": 1.5}, 2: {"actor/grad_norm": 0.5}}
+    keep_earlier_metrics(folder)  # a third start: the second's file is kept next to the first's
+    assert sorted(p.name for p in folder.iterdir()) == ["metrics.1.jsonl", "metrics.2.jsonl"]
+    assert step_metrics(folder) == {1: {"actor/grad_norm": 1.5}, 2: {"actor/grad_norm": 0.5}}
+
+
+def test_verl_logs_each_step_to_the_run_folder(tmp_path):
+    pool = write_pool(tmp_path)
+    _, command = verl_command(verl_cfg(tmp_path), pool, tmp_path / "run", "exp")
+    got = dict(arg.split("=", 1) for arg in command[3:])
+    assert got["trainer.logger"] == "[console,file]"
+    assert got["+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"] == str(
+        tmp_path / "run" / "verl" / "metrics.jsonl")

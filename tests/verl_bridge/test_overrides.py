@@ -156,7 +156,7 @@ def test_overrides_follow_the_settings():
     plan = plan_training(pool, "/runs/with space/it's", "e", GrpoSettings(kl_coef=0.01, norm_adv_by_std=False))
     got = dict(item.split("=", 1) for item in verl_overrides(cfg, pool, plan))
     assert got["actor_rollout_ref.actor.use_kl_loss"] == "True" and got["actor_rollout_ref.actor.kl_loss_coef"] == "0.01"
-    assert got["algorithm.norm_adv_by_std_in_grpo"] == "False" and got["trainer.logger"] == "[console]"
+    assert got["algorithm.norm_adv_by_std_in_grpo"] == "False" and got["trainer.logger"] == "[console,file]"
     assert got["data.train_files"] == r"'/runs/with space/it\'s/verl/train.jsonl'"  # quoted for Hydra
     cfg.model.path = None
     with pytest.raises(ConfigError, match="model.path"):
