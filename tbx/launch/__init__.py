@@ -12,8 +12,10 @@ __all__ = ["JobPlan", "TrainBatch", "dispatch", "make_plan", "plan_for", "run_st
 
 def plan_for(cfg: Config) -> JobPlan:
     """`make_plan` with the size of the task set when the campaign is sharded (to check the shard count)."""
+    from tbx.stages.registry import stage_of
+
     n_tasks = None
-    if cfg.launcher.shards > 1 and cfg.stage.name in ("eval", "probe"):
+    if cfg.launcher.shards > 1 and stage_of(cfg).shardable:
         from tbx.catalog import resolve_tasks
 
         n_tasks = len(resolve_tasks(cfg.tasks))

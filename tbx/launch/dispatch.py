@@ -21,7 +21,6 @@ up on a job that ended without a result.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import re
 import shutil
@@ -56,13 +55,9 @@ class JobLostError(InfraError):
 
 def run_stage(cfg: Config) -> Any:
     """Run `cfg.stage.name` here, in this process: what every job does."""
-    from tbx.stages import STAGES
+    from tbx.stages.registry import stage_of
 
-    if cfg.stage.name not in STAGES:
-        raise InputError("conf/stage", "stage.name", f"unknown stage {cfg.stage.name!r}",
-                         f"use one of {sorted(STAGES)}")
-    module, _, function = STAGES[cfg.stage.name].partition(":")
-    return getattr(importlib.import_module(module), function)(cfg)
+    return stage_of(cfg).function()(cfg)
 
 
 @dataclass(frozen=True)
