@@ -103,7 +103,7 @@ def stage_table() -> str:
     def mark(flag: bool, text: str = "yes") -> str:
         return text if flag else ""
 
-    lines = ["| stage | what it does | groups it uses | plays episodes | loads tasks | shards |", "|---" * 6 + "|"]
+    lines = ["| stage | what it does | groups in its run identity | plays episodes | loads tasks | shards |", "|---" * 6 + "|"]
     for stage in STAGES.values():
         lines.append(f"| `{stage.name}` | {stage.about} | {', '.join(stage.uses) or '(none)'} | "
                      f"{mark(stage.plays_episodes)} | {mark(stage.loads_tasks) or mark(stage.tasks_from_pool, 'its pool')} | "
