@@ -2,8 +2,9 @@
 runs `check_values`, so `OmegaConf.to_object` (launch.py's `config_object`) refuses a bad config before any
 stage sees it; enumerations are Enum fields of the schema and fail earlier still, at compose time.
 
-Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`), and
-each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what needs the
+Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`):
+`check_values` runs the checks every stage shares, then the stage's own, listed in its `checks`
+(tbx/stages/registry.py). Each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what needs the
 environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/config_checks.py`'s, and so is the
 turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the endpoints a run
 calls.

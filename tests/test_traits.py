@@ -22,10 +22,8 @@ from tbx.users.base import UserSimulator
 from tbx.users.scripted import ScriptedUser
 
 
-class PreferencePolicy(Policy):
-    """A custom policy that declares nothing: the model's settings it is given count toward its runs."""
-
-    name = "preference"
+class UnplayedPolicy(Policy):
+    """Built, never asked for a turn: the tests here only name, plan and check runs."""
 
     @classmethod
     def from_config(cls, setup):
@@ -33,26 +31,22 @@ class PreferencePolicy(Policy):
 
     def agent(self, context):
         raise NotImplementedError
+
+
+class PreferencePolicy(UnplayedPolicy):
+    """A custom policy that declares nothing: the model's settings it is given count toward its runs."""
 
 
 class ReferenceLikePolicy(OraclePolicy):
     """A user's own reference policy (plays the task's steps, no model), declared as one."""
 
-    name = "reference_like"
     is_reference = True
 
 
-class ModelWrapperPolicy(Policy):
+class ModelWrapperPolicy(UnplayedPolicy):
     """A custom policy around the model tbx serves or calls for it."""
 
     plays_model = True
-
-    @classmethod
-    def from_config(cls, setup):
-        return cls()
-
-    def agent(self, context):
-        raise NotImplementedError
 
 
 class MyScriptedUser(ScriptedUser):

@@ -43,6 +43,7 @@ from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
 from tbx.preemption import call_preemptible
+from tbx.stages.registry import stage_of
 
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "TIMEOUT", "GONE", "ENDED"}
@@ -55,8 +56,6 @@ class JobLostError(InfraError):
 
 def run_stage(cfg: Config) -> Any:
     """Run `cfg.stage.name` here, in this process: what every job does."""
-    from tbx.stages.registry import stage_of
-
     return stage_of(cfg).function()(cfg)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from tbx.config import Config, HardwareConfig, LauncherConfig
 from tbx.errors import ConfigError
+from tbx.stages.registry import STAGES, stage_of
 
 CONFIG = "conf/config.yaml"
 
@@ -176,8 +177,6 @@ def check_shards(cfg: Config, n_tasks: int | None) -> int:
                           "give >= 1, or null for no limit")
     if shards == 1:
         return 1
-    from tbx.stages.registry import STAGES, stage_of
-
     if not stage_of(cfg).shardable:
         sharded = [stage.name for stage in STAGES.values() if stage.shardable]
         raise ConfigError(CONFIG, "launcher.shards", f"is {shards}, but stage={cfg.stage.name} is one job",

@@ -17,7 +17,7 @@ from tbx.config import Config
 from tbx.config_checks import check_config
 from tbx.errors import ConfigError
 from tbx.runs import identity_settings, run_identity
-from tbx.stages.registry import STAGES, stage_named, stage_table
+from tbx.stages.registry import STAGES, Stage, stage_named, stage_table
 from tests.stages.test_eval_regrade import make_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -115,3 +115,10 @@ def test_a_judge_is_checked_where_the_stage_uses_one(tmp_path):
     check_config(make_cfg(tmp_path, "stage=regrade", f"regrade.run_dir={tmp_path}", *llm_judge))
     with pytest.raises(ConfigError, match="judge.endpoint.base_url"):
         check_config(make_cfg(tmp_path, "stage=validate", "tasks=mock", *llm_judge))
+
+
+def test_an_entry_that_contradicts_itself_is_refused():
+    with pytest.raises(ValueError, match="plays episodes"):
+        Stage("half", "tbx.stages.eval:run_eval", "plays without its groups", uses=("tasks",), plays_episodes=True)
+    with pytest.raises(ValueError, match="loads tasks"):
+        Stage("blind", "tbx.stages.eval:run_eval", "loads tasks it does not count", loads_tasks=True)
