@@ -20,13 +20,9 @@ CONTENT = {"identity": "content"}  # a path: the content of what it names counts
 # so `tasks.path=~/my_tasks` and `'out_root=$HOME/runs'` mean what they would in a shell.
 NOT_IDENTITY_PATH = {**NOT_IDENTITY, "path": True}
 CONTENT_PATH = {**CONTENT, "path": True}
-EPISODE_STAGES = ("eval", "probe", "train", "validate", "pipeline")  # stages whose policy plays episodes
-PLAYED_STAGES = (*EPISODE_STAGES, "serve")  # ... and stage=serve, where an agent outside tbx plays them
-
-
-def only(*stages: str) -> dict[str, tuple[str, ...]]:
-    """Metadata of a group that counts toward the identity of these stages only."""
-    return {"stages": stages}
+# A group that counts toward the identity of the stages that use it only: those whose entry in
+# tbx/stages/registry.py names it in `uses` (`grpo` for train and pipeline, not for eval).
+STAGE_GROUP = {"stage_group": True}
 
 
 # Enumerations: OmegaConf refuses any other value at compose time, naming the key and the choices. Members are
@@ -103,7 +99,7 @@ def plain(value: Any) -> Any:
 
 @dataclass
 class StageConfig:
-    name: str = "eval"  # a stage of tbx/stages/__init__.py: eval, serve, regrade, validate, probe, select, ...
+    name: str = "eval"  # a stage of tbx/stages/registry.py: eval, serve, regrade, validate, probe, select, ...
 
 
 @dataclass
@@ -446,34 +442,32 @@ class LauncherConfig:
 @dataclass
 class Config:
     stage: StageConfig = field(default_factory=StageConfig)
-    tasks: TasksConfig = field(default_factory=TasksConfig,
-                               metadata=only("eval", "probe", "validate", "pipeline", "serve"))
-    policy: PolicyConfig = field(default_factory=PolicyConfig, metadata=only(*EPISODE_STAGES))
-    model: ModelConfig = field(default_factory=ModelConfig, metadata=only(*EPISODE_STAGES))
-    user: UserConfig = field(default_factory=UserConfig, metadata=only(*PLAYED_STAGES))
-    judge: JudgeConfig = field(default_factory=JudgeConfig, metadata=only(*PLAYED_STAGES))
-    backend: BackendConfig = field(default_factory=BackendConfig, metadata=only(*PLAYED_STAGES))
-    eval: EvalConfig = field(default_factory=EvalConfig, metadata=only(*PLAYED_STAGES))
-    faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=only(*PLAYED_STAGES))
-    regrade: RegradeConfig = field(default_factory=RegradeConfig, metadata=only("regrade"))
-    serve: ServeConfig = field(default_factory=ServeConfig, metadata=only("serve"))
+    tasks: TasksConfig = field(default_factory=TasksConfig, metadata=STAGE_GROUP)
+    policy: PolicyConfig = field(default_factory=PolicyConfig, metadata=STAGE_GROUP)
+    model: ModelConfig = field(default_factory=ModelConfig, metadata=STAGE_GROUP)
+    user: UserConfig = field(default_factory=UserConfig, metadata=STAGE_GROUP)
+    judge: JudgeConfig = field(default_factory=JudgeConfig, metadata=STAGE_GROUP)
+    backend: BackendConfig = field(default_factory=BackendConfig, metadata=STAGE_GROUP)
+    eval: EvalConfig = field(default_factory=EvalConfig, metadata=STAGE_GROUP)
+    faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=STAGE_GROUP)
+    regrade: RegradeConfig = field(default_factory=RegradeConfig, metadata=STAGE_GROUP)
+    serve: ServeConfig = field(default_factory=ServeConfig, metadata=STAGE_GROUP)
     view: ViewConfig = field(default_factory=ViewConfig, metadata=NOT_IDENTITY)
     store: StoreConfig = field(default_factory=StoreConfig, metadata=NOT_IDENTITY)
-    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig,
-                                         metadata=only("probe", "select", "pipeline"))
-    pool: PoolConfig = field(default_factory=PoolConfig, metadata=only("probe", "select", "train", "pipeline"))
-    probe: ProbeConfig = field(default_factory=ProbeConfig, metadata=only("probe", "pipeline"))
-    select: SelectConfig = field(default_factory=SelectConfig, metadata=only("select"))
-    grpo: GrpoConfig = field(default_factory=GrpoConfig, metadata=only("train", "pipeline"))
-    train: TrainConfig = field(default_factory=TrainConfig, metadata=only("train"))
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig, metadata=only("pipeline"))
-    report: ReportConfig = field(default_factory=ReportConfig, metadata=only("report"))
+    difficulty: DifficultyConfig = field(default_factory=DifficultyConfig, metadata=STAGE_GROUP)
+    pool: PoolConfig = field(default_factory=PoolConfig, metadata=STAGE_GROUP)
+    probe: ProbeConfig = field(default_factory=ProbeConfig, metadata=STAGE_GROUP)
+    select: SelectConfig = field(default_factory=SelectConfig, metadata=STAGE_GROUP)
+    grpo: GrpoConfig = field(default_factory=GrpoConfig, metadata=STAGE_GROUP)
+    train: TrainConfig = field(default_factory=TrainConfig, metadata=STAGE_GROUP)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig, metadata=STAGE_GROUP)
+    report: ReportConfig = field(default_factory=ReportConfig, metadata=STAGE_GROUP)
     logger: LoggerConfig = field(default_factory=LoggerConfig, metadata=NOT_IDENTITY)
     hardware: HardwareConfig = field(default_factory=HardwareConfig, metadata=NOT_IDENTITY)
     launcher: LauncherConfig = field(default_factory=LauncherConfig, metadata=NOT_IDENTITY)
     # stage=report and stage=view: the run folders to compare, base first
-    runs: list[str] = field(default_factory=list, metadata={**only("report"), "path": True})
-    seed: int = field(default=0, metadata=only(*PLAYED_STAGES))
+    runs: list[str] = field(default_factory=list, metadata={**STAGE_GROUP, "path": True})
+    seed: int = field(default=0, metadata=STAGE_GROUP)
     # run folders live under it, named by stage and run hash
     out_root: str = field(default="outputs", metadata=NOT_IDENTITY_PATH)
     # set to pin the run folder (default: derived from the run hash)

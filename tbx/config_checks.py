@@ -34,24 +34,17 @@ import typing
 from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import tbx.config as tbx_config
 from tbx.config import Config, EndpointConfig
-from tbx.config_values import (
-    CONFIG,
-    EPISODE_STAGES,
-    MODEL_POLICY,
-    TASK_STAGES,
-    USER_STAGES,
-    check_turn_timeout,
-    fail,
-)
+from tbx.config_values import CONFIG, check_turn_timeout, fail
 from tbx.errors import ConfigError, InputError
+from tbx.traits import traits_of
 
-LLM_USER = "tbx.users.llm.LLMUser"
-LLM_JUDGE = "tbx.grading.judge_llm.LLMJudge"
+if TYPE_CHECKING:
+    from tbx.stages.registry import Stage
 _SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.sinks redacts for W&B
 _IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)", re.S)
 _FULL_KEY = re.compile(r"full_key: (\S+)")
@@ -290,19 +283,15 @@ def secret_value(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | 
 def check_config(cfg: Config) -> None:
     """Raise the first mistake among the settings this stage uses that needs the environment, as a
     ConfigError (the values themselves were checked when the typed config was built)."""
-    stage = cfg.stage.name
+    from tbx.stages.registry import stage_of
+
+    stage = stage_of(cfg)
     if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
         raise fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
                    "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
-    token = cfg.serve.token_env
-    if stage == "serve" and token and not os.environ.get(token):
-        raise fail(cfg, "serve.token_env", f"names the environment variable {token}, which is not set",
-                   f"export {token}=<token> before launching, or serve.token_env=null on 127.0.0.1")
-    view_token = cfg.view.token_env
-    if stage == "view" and cfg.view.export is None and view_token and not os.environ.get(view_token):
-        raise fail(cfg, "view.token_env", f"names the environment variable {view_token}, which is not set",
-                   f"export {view_token}=<token> before launching, or view.token_env=null on 127.0.0.1")
-    if stage in TASK_STAGES:
+    for check in stage.environment_checks:
+        check(cfg)
+    if stage.loads_tasks:
         _check_tasks(cfg)
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
@@ -311,10 +300,28 @@ def check_config(cfg: Config) -> None:
     _check_engine(cfg, stage)
 
 
-def _check_engine(cfg: Config, stage: str) -> None:
+def check_serve_token(cfg: Config) -> None:
+    token = cfg.serve.token_env
+    if token and not os.environ.get(token):
+        raise fail(cfg, "serve.token_env", f"names the environment variable {token}, which is not set",
+                   f"export {token}=<token> before launching, or serve.token_env=null on 127.0.0.1")
+
+
+def check_view_token(cfg: Config) -> None:
+    token = cfg.view.token_env
+    if cfg.view.export is None and token and not os.environ.get(token):
+        raise fail(cfg, "view.token_env", f"names the environment variable {token}, which is not set",
+                   f"export {token}=<token> before launching, or view.token_env=null on 127.0.0.1")
+
+
+def _plays_model(cfg: Config, stage: Stage) -> bool:
+    return stage.plays_episodes and traits_of(cfg.policy._target_, "policy").plays_model
+
+
+def _check_engine(cfg: Config, stage: Stage) -> None:
     """model.kind=vllm: its requests keep the endpoint's retry budget, within the turn limit; without an
     endpoint tbx starts vLLM, so an interpreter with vLLM must exist."""
-    if stage not in EPISODE_STAGES or cfg.policy._target_ != MODEL_POLICY or cfg.model.kind != "vllm":
+    if cfg.model.kind != "vllm" or not _plays_model(cfg, stage):
         return
     check_turn_timeout(cfg, cfg.model.endpoint)
     if cfg.model.endpoint.base_url:
@@ -359,13 +366,15 @@ def _check_tasks(cfg: Config) -> None:
                               f"{exc.fix} (tasks.path, set for tasks={tasks.name})") from None
 
 
-def _endpoints_used(cfg: Config, stage: str) -> list[tuple[str, EndpointConfig]]:
+def _endpoints_used(cfg: Config, stage: Stage) -> list[tuple[str, EndpointConfig]]:
+    """The endpoints the run calls: the model's when its policy plays the model through one, and the user's
+    and the judge's where the stage uses that group and its component calls an LLM."""
     used = []
-    if stage in EPISODE_STAGES and cfg.policy._target_ == MODEL_POLICY and cfg.model.kind == "openai":
+    if cfg.model.kind == "openai" and _plays_model(cfg, stage):
         used.append(("model.endpoint", cfg.model.endpoint))
-    if stage in USER_STAGES and cfg.user._target_ == LLM_USER:
+    if "user" in stage.uses and traits_of(cfg.user._target_, "user").needs_llm:
         used.append(("user.endpoint", cfg.user.endpoint))
-    if stage in (*USER_STAGES, "validate", "regrade") and cfg.judge._target_ == LLM_JUDGE:
+    if "judge" in stage.uses and traits_of(cfg.judge._target_, "judge").needs_llm:
         used.append(("judge.endpoint", cfg.judge.endpoint))
     return used
 

@@ -2,8 +2,9 @@
 runs `check_values`, so `OmegaConf.to_object` (launch.py's `config_object`) refuses a bad config before any
 stage sees it; enumerations are Enum fields of the schema and fail earlier still, at compose time.
 
-Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`), and
-each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what needs the
+Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`):
+`check_values` runs the checks every stage shares, then the stage's own, listed in its `checks`
+(tbx/stages/registry.py). Each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what needs the
 environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/config_checks.py`'s, and so is the
 turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the endpoints a run
 calls.
@@ -22,12 +23,6 @@ if TYPE_CHECKING:
     from tbx.config import Config, EndpointConfig
 
 CONFIG = "conf/config.yaml"
-EPISODE_STAGES = ("eval", "probe", "train", "pipeline")  # stages that play episodes: policy and user run
-USER_STAGES = (*EPISODE_STAGES, "serve")  # stages where the simulated user runs (serve: the agent is outside)
-TASK_STAGES = ("eval", "serve", "probe", "validate", "pipeline")  # stages that load a task set
-POOL_STAGES = ("probe", "select", "pipeline")  # stages that decide pool membership from band edges
-TRAIN_STAGES = ("train", "pipeline")
-MODEL_POLICY = "tbx.policies.model.from_config"
 _AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it names the run folder
 
 
@@ -76,17 +71,16 @@ def expand_paths(node: Any) -> None:
 
 
 def check_values(cfg: Config) -> None:
-    """Raise the first mistake among the values this stage uses, as a ConfigError."""
-    stage = cfg.stage.name
+    """Raise the first mistake among the values this stage uses, as a ConfigError: the checks every stage
+    shares, then the stage's own (its `checks` in tbx/stages/registry.py)."""
+    from tbx.stages.registry import stage_of
+
     if cfg.backend.kind == "postgres" and not cfg.backend.url:
         raise fail(cfg, "backend.url", "is empty", "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
-    _check_counts(cfg, stage)
-    if stage == "serve":
-        _check_serve(cfg)
-    if stage == "view":
-        _check_view(cfg)
-    if stage in POOL_STAGES:
-        _check_bands(cfg)
+    if cfg.eval.workers is not None:  # every campaign stage, and the prepared-task cache, spread over them
+        _at_least(cfg, "eval.workers", 1)
+    for check in stage_of(cfg).checks:
+        check(cfg)
 
 
 def check_turn_timeout(cfg: Config, endpoint: EndpointConfig) -> None:
@@ -106,38 +100,46 @@ def _at_least(cfg: Config, key: str, low: int) -> None:
         raise fail(cfg, key, f"is {value}", f"give {key} >= {low}")
 
 
-def _check_counts(cfg: Config, stage: str) -> None:
-    if cfg.eval.workers is not None:  # every campaign stage, and the prepared-task cache, spread over them
-        _at_least(cfg, "eval.workers", 1)
-    if stage == "eval":
-        for key in ("eval.attempts", "eval.concurrency"):
-            _at_least(cfg, key, 1)
-    if stage == "serve":
-        _at_least(cfg, "eval.attempts", 1)
-    if stage in ("eval", "serve", "probe", "pipeline"):
-        _at_least(cfg, "eval.max_error_retries", 0)
-        if cfg.eval.max_turns is not None:
-            _at_least(cfg, "eval.max_turns", 1)
-        if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
-            raise fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
-    if stage in ("probe", "pipeline"):
-        for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
-            _at_least(cfg, key, 1)
-        if not 0.0 <= cfg.probe.threshold <= 1.0:
-            raise fail(cfg, "probe.threshold", f"is {cfg.probe.threshold}", "give a value in [0, 1]")
-    if stage in TRAIN_STAGES:
-        if cfg.grpo.group_size < 2:
-            raise fail(cfg, "grpo.group_size", f"is {cfg.grpo.group_size}: a group of one has no relative advantage",
-                       "give grpo.group_size >= 2 (the reference uses 8)")
-        for key in ("grpo.groups_per_step", "grpo.steps", "grpo.save_every", "grpo.micro_batch_size"):
-            _at_least(cfg, key, 1)
-        if cfg.grpo.lr <= 0:
-            raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
-    if stage == "pipeline":
-        _at_least(cfg, "pipeline.eval_attempts", 1)
+def check_eval_counts(cfg: Config) -> None:
+    for key in ("eval.attempts", "eval.concurrency"):
+        _at_least(cfg, key, 1)
 
 
-def _check_serve(cfg: Config) -> None:
+def check_served_attempts(cfg: Config) -> None:
+    _at_least(cfg, "eval.attempts", 1)
+
+
+def check_episode_limits(cfg: Config) -> None:
+    """Error re-runs, the turn cap and the turn limit of the episodes a campaign plays."""
+    _at_least(cfg, "eval.max_error_retries", 0)
+    if cfg.eval.max_turns is not None:
+        _at_least(cfg, "eval.max_turns", 1)
+    if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
+        raise fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
+
+
+def check_probe(cfg: Config) -> None:
+    for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
+        _at_least(cfg, key, 1)
+    if not 0.0 <= cfg.probe.threshold <= 1.0:
+        raise fail(cfg, "probe.threshold", f"is {cfg.probe.threshold}", "give a value in [0, 1]")
+
+
+def check_grpo(cfg: Config) -> None:
+    if cfg.grpo.group_size < 2:
+        raise fail(cfg, "grpo.group_size", f"is {cfg.grpo.group_size}: a group of one has no relative advantage",
+                   "give grpo.group_size >= 2 (the reference uses 8)")
+    for key in ("grpo.groups_per_step", "grpo.steps", "grpo.save_every", "grpo.micro_batch_size"):
+        _at_least(cfg, key, 1)
+    if cfg.grpo.lr <= 0:
+        raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
+
+
+def check_pipeline(cfg: Config) -> None:
+    _at_least(cfg, "pipeline.eval_attempts", 1)
+
+
+def check_serve(cfg: Config) -> None:
     """The served agent's name, the address, and a token wherever other machines can connect."""
     serve = cfg.serve
     if not serve.agent_name:
@@ -158,7 +160,7 @@ def _check_serve(cfg: Config) -> None:
                    "(clients send 'Authorization: Bearer <token>'), or bind serve.host=127.0.0.1")
 
 
-def _check_view(cfg: Config) -> None:
+def check_view(cfg: Config) -> None:
     from tbx.serve import LOOPBACK
 
     view = cfg.view
@@ -172,7 +174,7 @@ def _check_view(cfg: Config) -> None:
                    "view.host=127.0.0.1")
 
 
-def _check_bands(cfg: Config) -> None:
+def check_bands(cfg: Config) -> None:
     """Band edges sorted from 0 to 1, one name per band, and every pool range end on an edge."""
     from tbx.difficulty import validate_band_names, validate_edges
     from tbx.pool import PoolStrategy, kept_bands

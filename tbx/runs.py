@@ -5,8 +5,8 @@ the same folder and resumes there, and a changed input never resumes an old run:
 
 - every config setting, derived from the schema (`tbx/config.py`): a field counts unless its
   metadata marks it as not changing results (`NOT_IDENTITY`: paths, logging, concurrency, waits),
-  and a group counts only for the stages that use it (`only(...)`), so a new field counts until
-  someone decides otherwise;
+  and a group marked `STAGE_GROUP` counts only for the stages that use it (their `uses` in
+  tbx/stages/registry.py), so a new field counts until someone decides otherwise;
 - the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
   never the path itself;
 - the content of every task in the set (bundled generators and the user's task files alike), with the
@@ -15,7 +15,8 @@ the same folder and resumes there, and a changed input never resumes an old run:
   the judges, the tool layer, the simulated users, the prompt renderer and parser, and each domain's
   schema, seed, tools and policy.md.
 
-The model's settings count only when a model plays (not for the reference policies). A folder
+The model's settings count unless the policy declares it is a reference that plays no model
+(`is_reference`, tbx/traits.py: oracle, null, replay). A folder
 pinned with `run_dir=` that holds another run is refused with the settings that changed. The
 resolved config and the git commit are saved beside the outputs, atomically.
 """
@@ -27,6 +28,7 @@ import hashlib
 import importlib
 import json
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +41,23 @@ from tbx.tasks.model import hash_json
 
 
 def config_settings(value: Any, stage: str) -> Any:
-    """The settings of `value` (a config dataclass) that count toward a `stage` run's identity."""
+    """The settings of `value` (a config dataclass) that count toward a `stage` run's identity: a field
+    marked `STAGE_GROUP` counts only where the stage's registry entry names it in `uses`."""
+    from tbx.stages.registry import stage_named
+
+    return _settings(value, stage_named(stage).uses)
+
+
+def _settings(value: Any, uses: Collection[str]) -> Any:
     if not dataclasses.is_dataclass(value):
         return value
     settings = {}
     for field in dataclasses.fields(value):
         counts = field.metadata.get("identity", True)
-        if counts is False or stage not in field.metadata.get("stages", (stage,)):
+        if counts is False or (field.metadata.get("stage_group") and field.name not in uses):
             continue
         item = getattr(value, field.name)
-        settings[field.name] = content_digest(item) if counts == "content" else config_settings(item, stage)
+        settings[field.name] = content_digest(item) if counts == "content" else _settings(item, uses)
     return settings
 
 
@@ -81,15 +90,15 @@ def content_digest(path: str | None) -> str | None:
 def stage_tasks(cfg: Config) -> list:
     """The tasks a stage plays (before sharding): its task set, or for training the pool's."""
     from tbx.catalog import load_manifest, manifest_tasks, resolve_tasks
+    from tbx.stages.registry import stage_of
 
-    if cfg.stage.name == "train":
+    stage = stage_of(cfg)
+    if stage.tasks_from_pool:
         try:
             return manifest_tasks(load_manifest(cfg.train.pool, "train.pool"))
         except InputError:
             return []  # the stage itself stops on the manifest, with this error
-    if cfg.stage.name in ("eval", "probe", "validate", "pipeline", "serve"):
-        return resolve_tasks(cfg.tasks)
-    return []
+    return resolve_tasks(cfg.tasks) if stage.loads_tasks else []
 
 
 # The code and text that decide a verdict or what the agent or the user sees, by part (files under tbx/,
@@ -125,10 +134,11 @@ def code_versions(domains: set[str]) -> dict[str, str]:
 
 def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
     """Everything the run's hash covers. `tasks`: the stage's resolved task list (read here if None)."""
-    stage = cfg.stage.name
-    settings = config_settings(cfg, stage)
-    if "reference" in cfg.policy._target_:
-        settings.pop("model", None)  # oracle, null and replay play no model
+    from tbx.traits import traits_of
+
+    settings = config_settings(cfg, cfg.stage.name)
+    if "model" in settings and traits_of(cfg.policy._target_, "policy").is_reference:
+        settings.pop("model")  # oracle, null and replay play no model
     tasks = stage_tasks(cfg) if tasks is None else tasks
     if tasks:
         settings["task_content"] = hash_json(sorted((t.id, t.content_hash, hash_json(t.policy)) for t in tasks))

@@ -6,21 +6,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from hydra.utils import get_object
-
 from tbx.backend import Backend, make_backend
 from tbx.config import Config
-from tbx.errors import ConfigError
 from tbx.messages import Usage
 from tbx.policies.base import PolicySetup
+from tbx.traits import component
 
 
 def _build(target: str, group: str, settings: Any) -> Any:
-    try:
-        factory = get_object(target)
-    except Exception as exc:
-        raise ConfigError(f"conf/{group}", f"{group}._target_", f"cannot import {target!r} ({exc})",
-                          f"pick an option from conf/{group}/ or give an importable class") from exc
+    factory = component(target, group)
     build = getattr(factory, "from_config", factory)
     return build(settings)
 

@@ -38,11 +38,10 @@ from tbx.config import Config
 from tbx.errors import ConfigError, InputError
 from tbx.preemption import preemption_signal, run_loop
 from tbx.store import ResultStore, open_store
+from tbx.traits import traits_of
 
 MIN_ATTEMPTS_PER_WORKER = 64  # below this a worker's start-up (~1-2 s: imports, tasks) is not worth it
 POLL_S = 0.2  # how often the parent looks at its workers
-REFERENCE_POLICIES = ("tbx.policies.reference.",)
-SCRIPTED_USERS = ("tbx.users.scripted.",)
 
 
 def available_cores() -> int:
@@ -61,15 +60,15 @@ def plan_workers(cfg: Config, pending: int) -> int:
     `MIN_ATTEMPTS_PER_WORKER` attempts; 1 (this process) otherwise."""
     if cfg.eval.workers is not None:
         return max(1, min(cfg.eval.workers, pending))
-    harness_bound = (cfg.policy._target_.startswith(REFERENCE_POLICIES)
-                     and cfg.user._target_.startswith(SCRIPTED_USERS))
+    harness_bound = (traits_of(cfg.policy._target_, "policy").is_reference
+                     and traits_of(cfg.user._target_, "user").is_scripted)
     if not harness_bound:
         return 1
     return max(1, min(available_cores(), pending // MIN_ATTEMPTS_PER_WORKER))
 
 
 def check_workers(cfg: Config) -> None:
-    model_served_here = (cfg.policy._target_ == "tbx.policies.model.from_config" and cfg.model.kind == "vllm"
+    model_served_here = (traits_of(cfg.policy._target_, "policy").plays_model and cfg.model.kind == "vllm"
                          and not cfg.model.endpoint.base_url)
     if model_served_here and (cfg.eval.workers or 1) > 1:
         raise ConfigError("conf/config.yaml", "eval.workers", f"is {cfg.eval.workers} with a model tbx serves "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tbx.config import Config
 from tbx.launch.dispatch import dispatch, run_stage
 from tbx.launch.plan import JobPlan, TrainBatch, make_plan
+from tbx.stages.registry import stage_of
 
 __all__ = ["JobPlan", "TrainBatch", "dispatch", "make_plan", "plan_for", "run_stage"]
 
@@ -13,7 +14,7 @@ __all__ = ["JobPlan", "TrainBatch", "dispatch", "make_plan", "plan_for", "run_st
 def plan_for(cfg: Config) -> JobPlan:
     """`make_plan` with the size of the task set when the campaign is sharded (to check the shard count)."""
     n_tasks = None
-    if cfg.launcher.shards > 1 and cfg.stage.name in ("eval", "probe"):
+    if cfg.launcher.shards > 1 and stage_of(cfg).shardable:
         from tbx.catalog import resolve_tasks
 
         n_tasks = len(resolve_tasks(cfg.tasks))

@@ -21,7 +21,6 @@ up on a job that ended without a result.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
 from tbx.preemption import call_preemptible
+from tbx.stages.registry import stage_of
 
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "TIMEOUT", "GONE", "ENDED"}
@@ -56,13 +56,7 @@ class JobLostError(InfraError):
 
 def run_stage(cfg: Config) -> Any:
     """Run `cfg.stage.name` here, in this process: what every job does."""
-    from tbx.stages import STAGES
-
-    if cfg.stage.name not in STAGES:
-        raise InputError("conf/stage", "stage.name", f"unknown stage {cfg.stage.name!r}",
-                         f"use one of {sorted(STAGES)}")
-    module, _, function = STAGES[cfg.stage.name].partition(":")
-    return getattr(importlib.import_module(module), function)(cfg)
+    return stage_of(cfg).function()(cfg)
 
 
 @dataclass(frozen=True)

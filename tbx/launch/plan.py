@@ -13,8 +13,8 @@ from typing import Any
 
 from tbx.config import Config, HardwareConfig, LauncherConfig
 from tbx.errors import ConfigError
+from tbx.stages.registry import STAGES, stage_of
 
-SHARDED_STAGES = ("eval", "probe")  # campaigns over tasks whose results go to one store
 CONFIG = "conf/config.yaml"
 
 
@@ -177,9 +177,10 @@ def check_shards(cfg: Config, n_tasks: int | None) -> int:
                           "give >= 1, or null for no limit")
     if shards == 1:
         return 1
-    if cfg.stage.name not in SHARDED_STAGES:
+    if not stage_of(cfg).shardable:
+        sharded = [stage.name for stage in STAGES.values() if stage.shardable]
         raise ConfigError(CONFIG, "launcher.shards", f"is {shards}, but stage={cfg.stage.name} is one job",
-                          f"shard only {' and '.join(SHARDED_STAGES)}; set launcher.shards=1")
+                          f"shard only {' and '.join(sharded)}; set launcher.shards=1")
     if cfg.eval.num_shards != 1:
         raise ConfigError(CONFIG, "eval.num_shards", f"is {cfg.eval.num_shards} while launcher.shards is {shards}",
                           "give one of them: launcher.shards sets eval.shard/eval.num_shards of each job itself")

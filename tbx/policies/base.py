@@ -49,6 +49,10 @@ class Agent(ABC):
 class Policy(ABC):
     name: str = "policy"
     model_name: str = ""  # what produced the tokens, for accounting and reports
+    # Traits (tbx/traits.py), read from the class its `_target_` names before anything is built: a custom
+    # policy declares what it is the same way.
+    plays_model: bool = False  # its turns come from the `model` group's model, served or called by tbx
+    is_reference: bool = False  # it plays each task's own steps, no model: the model's settings do not count
 
     @abstractmethod
     def agent(self, context: EpisodeContext) -> Agent:

@@ -9,8 +9,10 @@ replies with the same parser.
 from __future__ import annotations
 
 from tbx.policies.base import Policy, PolicySetup
+from tbx.traits import declares
 
 
+@declares(plays_model=True)
 def from_config(setup: PolicySetup) -> Policy:
     """The model policy `setup.model.kind` names (an enumeration of the schema: vllm or openai)."""
     if setup.model.kind == "vllm":

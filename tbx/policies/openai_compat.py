@@ -46,6 +46,7 @@ def agent_fault(error: EndpointError) -> AgentFault | None:
 
 class OpenAIPolicy(Policy):
     name = "openai"
+    plays_model = True
 
     def __init__(self, endpoint: EndpointConfig, *, model_name: str = "", price_input_per_mtok: float = 0.0,
                  price_output_per_mtok: float = 0.0, client: ChatClient | None = None,

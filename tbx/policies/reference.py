@@ -46,6 +46,7 @@ def turns_from_steps(steps: Sequence[Step]) -> list[AssistantTurn]:
 
 class OraclePolicy(Policy):
     name = "oracle"
+    is_reference = True
 
     @classmethod
     def from_config(cls, setup: PolicySetup) -> OraclePolicy:
@@ -57,6 +58,7 @@ class OraclePolicy(Policy):
 
 class NullPolicy(Policy):
     name = "null"
+    is_reference = True
 
     @classmethod
     def from_config(cls, setup: PolicySetup) -> NullPolicy:
@@ -108,6 +110,7 @@ class ReplayPolicy(Policy):
     """Plays turns recorded per task id (attempt-specific when the file has several attempts)."""
 
     name = "replay"
+    is_reference = True
 
     def __init__(self, path: str):
         self.source = path

@@ -100,6 +100,7 @@ class VLLMPolicy(Policy):
     """A model served by vLLM; agents render their prompts with tbx's renderer."""
 
     name = "vllm"
+    plays_model = True
 
     def __init__(self, served: Served):
         model_cfg, tokenizer, server = served.model, served.tokenizer, served.server

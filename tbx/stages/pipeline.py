@@ -26,6 +26,7 @@ from tbx.config import (
     TrainConfig,
 )
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
+from tbx.traits import traits_of
 
 
 def _stage(cfg: Config, name: str, **changes: Any) -> Config:
@@ -76,7 +77,7 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
     from tbx.stages.select import run_select
     from tbx.stages.train import run_train
 
-    if "reference" in cfg.policy._target_:
+    if traits_of(cfg.policy._target_, "policy").is_reference:
         raise ConfigError("conf/policy", "policy", f"is {cfg.policy.name}: the pipeline trains a model",
                           "use policy=model (the default)")
     evaluation_sets(cfg)  # a bad held-out seed fails before anything runs

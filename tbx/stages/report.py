@@ -26,9 +26,17 @@ from tbx.report import INTERVAL_COLUMNS, RunData, render_report
 from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
+from tbx.traits import traits_of
 from tbx.view import viewer_command
 
-MODEL_POLICY = "tbx.policies.model.from_config"
+
+def _plays_model(target: str) -> bool:
+    """Whether the policy a stored run names played its model; a custom policy that cannot be imported
+    here is labelled by its own name, like the policies that play none."""
+    try:
+        return traits_of(target, "policy").plays_model
+    except ConfigError:
+        return False
 
 
 def _agent_model(run_cfg: dict[str, Any]) -> tuple[str, float, float]:
@@ -36,7 +44,7 @@ def _agent_model(run_cfg: dict[str, Any]) -> tuple[str, float, float]:
     if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; tbx sees no tokens of it
         return run_cfg["serve"]["agent_name"], 0.0, 0.0
     policy, model = run_cfg["policy"], run_cfg["model"]
-    if policy["_target_"] != MODEL_POLICY:
+    if not _plays_model(policy["_target_"]):
         return policy["name"], 0.0, 0.0  # oracle, null, replay: no model tokens
     prices_in = model["price_input_per_mtok"] or model["endpoint"]["price_input_per_mtok"]
     prices_out = model["price_output_per_mtok"] or model["endpoint"]["price_output_per_mtok"]
