@@ -45,6 +45,9 @@ AGENT_LOOP_NAME = "tbx_episode"  # `agent_name` of our rows and `default_agent_l
 AGENT_LOOP_TARGET = "tbx.verl_bridge.agent_loop.TbxEpisodeLoop"
 FILTER_METRIC = "acc"  # reward_extra_info key holding the verdict; zero variance of it = no signal
 METRICS_FILE = "metrics.jsonl"  # in <run>/verl: verl's file logger (trainer.logger "file"); earlier starts' in metrics.<n>.jsonl
+# verl's LoRA sync on vLLM 0.32 needs this worker extension (tbx/verl_bridge/vllm_ext.py); on CPU the CPU
+# delta's extension (a subclass) is named instead
+LORA_WORKER_EXTENSION = "tbx.verl_bridge.vllm_ext.LoraSyncExtension"
 SAMPLER_PATH, SAMPLER_NAME = "pkg://tbx.verl_bridge.sampler", "TbxReplayBuffer"
 LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
                   "seq-mean-token-sum-norm")  # verl 0.9.1 workers/config/actor.py
@@ -306,6 +309,8 @@ def _actor_and_model(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
             ("actor_rollout_ref.model.target_modules", g.lora_target_modules),
             ("actor_rollout_ref.rollout.load_format", "safetensors"),
         ]
+        if not plan.hardware.cpu:
+            pairs.append(("+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls", LORA_WORKER_EXTENSION))
     return pairs
 
 

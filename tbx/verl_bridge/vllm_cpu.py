@@ -8,7 +8,8 @@ after loading into new tensors that have no `weight_loader`, so the second load 
 `initialize_layerwise_reload` (restores loadable parameters, defers each layer's processing until
 all its weights arrived) and `finalize_layerwise_reload`. This extension does the same around
 verl's bucketed transfer: one bracket for the whole sync, so a layer whose tensors span two
-buckets is processed once, after both. Adapter syncs (LoRA after the first sync) keep verl's path.
+buckets is processed once, after both. Adapter syncs (LoRA after the first sync) keep verl's path,
+with the name verl's LoRA loader calls on vLLM 0.32 (`tbx.verl_bridge.vllm_ext`).
 
 Chosen by the CPU delta (`tbx.verl_bridge.cpu`) as
 `+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls`; verl passes engine kwargs
@@ -22,11 +23,12 @@ from __future__ import annotations
 
 import torch
 from verl.workers.rollout.vllm_rollout.bucketed_weight_transfer import BucketedWeightReceiver
-from verl.workers.rollout.vllm_rollout.utils import vLLMColocateWorkerExtension
 from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
 
+from tbx.verl_bridge.vllm_ext import LoraSyncExtension
 
-class CpuReloadExtension(vLLMColocateWorkerExtension):
+
+class CpuReloadExtension(LoraSyncExtension):
     """verl's worker extension, with vLLM's layerwise reload around a full weight sync."""
 
     def update_weights_from_ipc(self, peft_config: dict | None = None, base_sync_done: bool = False,

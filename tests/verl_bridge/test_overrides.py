@@ -65,7 +65,9 @@ def test_lora_variant_differs_only_in_lora_keys_and_lr():
     assert set(got) - full == {"actor_rollout_ref.model.lora_rank=16", "actor_rollout_ref.model.lora_alpha=32",
                                "actor_rollout_ref.model.target_modules=all-linear",
                                "actor_rollout_ref.rollout.load_format=safetensors",
-                               "actor_rollout_ref.actor.optim.lr=1e-05"}
+                               "actor_rollout_ref.actor.optim.lr=1e-05",
+                               "+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls="
+                               "tbx.verl_bridge.vllm_ext.LoraSyncExtension"}
     assert full - set(got) == {"actor_rollout_ref.actor.optim.lr=1e-06"}
 
 
@@ -218,3 +220,12 @@ def test_overrides_compose_with_verls_config_and_pass_its_validation():
     quoted = plan_training(pool, "/runs/with space/it's", "e")
     composed = _compose_with_verl(verl_overrides(reference_config(), pool, quoted))
     assert composed.data.train_files == "/runs/with space/it's/verl/train.jsonl"
+
+
+def test_a_lora_run_on_gpus_names_the_worker_extension_verls_lora_sync_needs():
+    """verl 0.9.1's LoRA loader calls a vLLM method that vLLM 0.29 renamed (tbx/verl_bridge/vllm_ext.py);
+    the CPU delta names its own extension, a subclass of that one."""
+    key = "+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls"
+    lora = dict(line.split("=", 1) for line in (GOLDEN / "reference_lora.yaml").read_text().splitlines()[1:])
+    full = dict(line.split("=", 1) for line in (GOLDEN / "reference_full.yaml").read_text().splitlines()[1:])
+    assert lora[f"- {key}"] == "tbx.verl_bridge.vllm_ext.LoraSyncExtension" and f"- {key}" not in full
