@@ -45,7 +45,7 @@ RUN_TIMEOUT_S = 2400.0  # one start of the run, on a loaded 2-core machine
 ERRORS = ("infra_error", "user_sim_error", "verifier_error")
 
 
-def write_pool(path: Path) -> Path:
+def write_pool(path: Path, pool: str = "full_param", finetune: str = "full") -> Path:
     """The pool manifest stage=select would write for two easy training tasks."""
     from tbx.config import TasksConfig, plain
     from tbx.records import PoolManifest, PoolTask
@@ -54,7 +54,7 @@ def write_pool(path: Path) -> Path:
                               families=["set_priority_easy", "close_ticket_easy", "cancel_leave_easy",
                                         "withdraw_expense_easy", "cancel_appointment_easy", "check_in_easy"],
                               per_family=2))
-    manifest = PoolManifest(kept=tuple(sorted(POOL)), pool={"name": "full_param", "finetune": "full"},
+    manifest = PoolManifest(kept=tuple(sorted(POOL)), pool={"name": pool, "finetune": finetune},
                             tasks=tuple(PoolTask(t, t.split("/")[0], t.split("/")[1], band="medium", kept=True)
                                         for t in sorted(POOL)),
                             probe_settings={"tasks": tasks}).sealed()
