@@ -246,8 +246,13 @@ class EvalConfig:
     call_timeout_s: float = field(default=300.0, metadata=NOT_IDENTITY)
     # Longest turn of the agent (one model call, queueing included). Longer ends the conversation like
     # the turn limit: the state is graded, and it is the agent's failure, never an error. Keep it above
-    # an endpoint's retry budget, so a dead endpoint surfaces as infra_error first. null: no limit.
+    # an endpoint's retry budget, so a dead endpoint surfaces as infra_error first. null: only
+    # eval.episode_timeout_s bounds the turns.
     turn_timeout_s: float | None = 600.0
+    # Longest conversation of an episode (its tool session and every turn), whatever it waited on: past it
+    # the episode is an infra_error (re-run like any error outcome). A backstop that a healthy episode never
+    # meets; it bounds the agent's turns too when eval.turn_timeout_s is null.
+    episode_timeout_s: float = field(default=3600.0, metadata=NOT_IDENTITY)
 
 
 @dataclass

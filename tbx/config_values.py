@@ -118,8 +118,11 @@ def _check_counts(cfg: Config, stage: str) -> None:
         _at_least(cfg, "eval.max_error_retries", 0)
         if cfg.eval.max_turns is not None:
             _at_least(cfg, "eval.max_turns", 1)
+    if stage in (*USER_STAGES, "validate"):  # every stage that plays episodes: tbx/episodes/limits.py
         if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
             raise fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
+        if not cfg.eval.episode_timeout_s > 0:
+            raise fail(cfg, "eval.episode_timeout_s", f"is {cfg.eval.episode_timeout_s}", "give seconds > 0")
     if stage in ("probe", "pipeline"):
         for key in ("probe.attempts", "probe.min_attempts", "probe.round_size"):
             _at_least(cfg, key, 1)

@@ -34,7 +34,7 @@ from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
 from tbx.durable import publish_folder, write_text
-from tbx.episodes import run_episode
+from tbx.episodes import episode_limits, run_episode
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
 from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
@@ -105,6 +105,7 @@ class _Trainer:
 async def _train(cfg: Config, run: _Trainer) -> None:
     policy, sampler, store, sink, state = run.policy, run.sampler, run.store, run.sink, run.state
     user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), run.runtimes, run.backend
+    limits = episode_limits(cfg)  # a training episode is bounded as an evaluated one
     settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
                             loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)
     scored = state.scored
@@ -115,8 +116,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
 
         async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):  # noqa: ANN202
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
-            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed,
-                                       cfg.eval.max_turns)
+            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed, limits)
             store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
