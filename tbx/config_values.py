@@ -136,6 +136,9 @@ def _check_counts(cfg: Config, stage: str) -> None:
             _at_least(cfg, key, 1)
         if cfg.grpo.lr <= 0:
             raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
+        if cfg.grpo.trainer == "native" and cfg.grpo.kl_coef != 0:
+            raise fail(cfg, "grpo.kl_coef", f"is {cfg.grpo.kl_coef}, but the native trainer keeps no reference model",
+                       "give grpo.kl_coef=0, or train with grpo.trainer=verl (its KL loss uses a reference model)")
     if stage == "pipeline":
         _at_least(cfg, "pipeline.eval_attempts", 1)
 
