@@ -59,6 +59,8 @@ CONF = ROOT / "conf"
     (["stage=train", "grpo.trainer=deepspeed"], "command line 'grpo.trainer=deepspeed'", "grpo.trainer",
      "native, verl"),
     (["pool=lora", "pool.finetune=qlora"], "command line 'pool.finetune=qlora'", "pool.finetune", "full, lora"),
+    (["stage=train", "grpo.loss_agg_mode=seq-mean"], "command line 'grpo.loss_agg_mode=seq-mean'",
+     "grpo.loss_agg_mode", "use one of token-mean, seq-mean-token-mean, seq-mean-token-sum, token-sum"),
     (["stage=probe", "probe.rule=vibes"], "command line 'probe.rule=vibes'", "probe.rule", "predictive, band_mass"),
     (["stage=serve", "serve.agent_name=a", "serve.transport=sse"], "command line 'serve.transport=sse'",
      "serve.transport", "http, stdio"),
