@@ -182,7 +182,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
         # starts a model server
         store.lock_run(str(run_dir))
         save_run_meta(run_dir, cfg)
-        run = _start(cfg, run_dir, tasks, store)
+        run = _start(cfg, run_dir, tasks, store, manifest.finetune)
         policy = run.policy
         backend = build_backend(cfg)
         try:
@@ -222,9 +222,10 @@ def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: 
     return summary
 
 
-def _start(cfg: Config, run_dir: Path, tasks: list, store) -> _Trainer:  # noqa: ANN001
-    """The policy (served), optimizer and sampler, from the run's last checkpoint when there is one: the
-    server then answers with that checkpoint's weights, as it did for the uninterrupted run."""
+def _start(cfg: Config, run_dir: Path, tasks: list, store, finetune: str) -> _Trainer:  # noqa: ANN001
+    """The policy (served; `finetune` is the pool manifest's, as verl's), optimizer and sampler, from the run's
+    last checkpoint when there is one: the server then answers with that checkpoint's weights, as it did for
+    the uninterrupted run."""
     import torch
 
     # every generator a checkpoint saves starts from the seed (Python's and numpy's would start from fresh
@@ -232,7 +233,7 @@ def _start(cfg: Config, run_dir: Path, tasks: list, store) -> _Trainer:  # noqa:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    policy = build_trainable(cfg, run_dir)
+    policy = build_trainable(cfg, run_dir, finetune)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.grpo.lr,
                                   weight_decay=cfg.grpo.weight_decay)
     sampler = GroupSampler([t.id for t in tasks], cfg.grpo.group_size, cfg.grpo.groups_per_step,
