@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-import time
 
 import pytest
 
@@ -321,14 +320,12 @@ def test_a_tool_that_never_returns_ends_a_training_episode_as_an_error(tmp_path)
             except EpisodeErrored as exc:
                 caught.append(exc)
 
-        began = time.perf_counter()
         worker = threading.Thread(target=episode, daemon=True)
         worker.start()
-        worker.join(30)
+        worker.join(30)  # two tries whose calls are cut at 0.5 s end in about a second
         assert not worker.is_alive(), "the training episode never ended: it waited on the tool for ever"
         assert caught and [r.outcome for r in caught[0].tries] == [Outcome.INFRA_ERROR] * 2, caught
         assert all("did not answer within 0.5 s" in r.cause for r in caught[0].tries)
-        assert time.perf_counter() - began < 15
     finally:
         released.set()
         world.backend.close()
