@@ -107,8 +107,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
     user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), run.runtimes, run.backend
     limits = episode_limits(cfg)  # a training episode is bounded as an evaluated one
     settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
-                            loss_agg_mode=cfg.grpo.loss_agg_mode,
-                            kl_coef=0.0)  # no reference model: a non-zero grpo.kl_coef is refused (config_values)
+                            loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
     scored = state.scored
     for step in range(state.step, cfg.grpo.steps):
         started = time.perf_counter()
