@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))  # this checkout's tbx, not an installed one
 
 from tbx.backend import make_backend  # noqa: E402
 from tbx.catalog import prepare_task, resolve_tasks  # noqa: E402
-from tbx.config import TasksConfig  # noqa: E402
-from tbx.episodes import Outcome, run_episode  # noqa: E402
+from tbx.config import Config, TasksConfig  # noqa: E402
+from tbx.episodes import Outcome, episode_limits, run_episode  # noqa: E402
 from tbx.grading.judge import EvidenceJudge  # noqa: E402
 from tbx.policies.reference import OraclePolicy  # noqa: E402
 from tbx.tools.mcp_server import ToolSessions  # noqa: E402
@@ -51,6 +51,7 @@ def measure(kind: str, url: str | None, domain: str, episodes: int, fresh_sessio
     tasks = resolve_tasks(TasksConfig(name=domain, domains=[domain]))
     runtimes = [prepare_task(t, backend) for t in tasks]
     policy, user, judge = OraclePolicy(), ScriptedUser(), EvidenceJudge()  # judge=evidence: 8 travel tasks have rules
+    limits = episode_limits(Config())  # the default limits, as a run plays within
 
     async def play(count: int) -> list:
         sessions = None if fresh_sessions else ToolSessions()  # a campaign keeps its MCP sessions
@@ -58,7 +59,7 @@ def measure(kind: str, url: str | None, domain: str, episodes: int, fresh_sessio
         try:
             for i in range(count):
                 runtime = runtimes[i % len(runtimes)]
-                results.append(await run_episode(runtime, backend, policy, user, judge, 0, 0, sessions=sessions))
+                results.append(await run_episode(runtime, backend, policy, user, judge, 0, 0, limits, sessions=sessions))
         finally:
             if sessions is not None:
                 await sessions.aclose()

@@ -65,6 +65,12 @@ class Finetune(StrEnum):
     lora = "lora"
 
 
+# How the token losses of a batch become one number (tbx/rl/grpo.py `aggregate`, verl's `agg_loss`). The names
+# hold hyphens, which a class body cannot spell, hence the functional form (members are still looked up by name).
+LossAggMode = StrEnum("LossAggMode", [(mode, mode) for mode in
+                                      ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum")])
+
+
 class StoppingRule(StrEnum):
     predictive = "predictive"  # posterior predictive flip probability
     band_mass = "band_mass"  # naive: the mass of the leading band
@@ -242,8 +248,13 @@ class EvalConfig:
     call_timeout_s: float = field(default=300.0, metadata=NOT_IDENTITY)
     # Longest turn of the agent (one model call, queueing included). Longer ends the conversation like
     # the turn limit: the state is graded, and it is the agent's failure, never an error. Keep it above
-    # an endpoint's retry budget, so a dead endpoint surfaces as infra_error first. null: no limit.
+    # an endpoint's retry budget, so a dead endpoint surfaces as infra_error first. null: only
+    # eval.episode_timeout_s bounds the turns.
     turn_timeout_s: float | None = 600.0
+    # Longest conversation of an episode (its tool session and every turn), whatever it waited on: past it
+    # the episode is an infra_error (re-run like any error outcome). A backstop that a healthy episode never
+    # meets; it bounds the agent's turns too when eval.turn_timeout_s is null.
+    episode_timeout_s: float = field(default=3600.0, metadata=NOT_IDENTITY)
 
 
 @dataclass
@@ -291,27 +302,30 @@ class ProbeConfig:
 
 @dataclass
 class GrpoConfig:
-    """The training recipe (SPEC §4). The same keys drive the native trainer and the verl bridge."""
+    """The training recipe (SPEC §4). The same record drives the native trainer and the verl bridge
+    (tbx/verl_bridge/overrides.py); verl keys in brackets."""
 
-    group_size: int = 8  # episodes per task per step
-    groups_per_step: int = 18  # tasks per step (18 x 8 = 144 episodes)
-    steps: int = 50  # optimizer updates
-    lr: float = 1e-6  # AdamW
-    weight_decay: float = 0.0
-    loss_agg_mode: str = "token-mean"  # token-mean | seq-mean-token-mean | seq-mean-token-sum | token-sum
-    clip_ratio: float = 0.2  # PPO ratio clip, both sides
-    norm_adv_by_std: bool = True  # divide advantages by the group std (False: Dr.GRPO)
-    kl_coef: float = 0.0  # KL-to-reference loss weight; 0: no reference model
-    lora_rank: int = 16  # used when the pool's finetune is lora
-    lora_alpha: int = 32
-    lora_target_modules: str = "all-linear"
-    replace_zero_variance: bool = True  # replace all-0/all-1 groups by fresh tasks
-    max_replacements: int = 18  # replacements (zero-variance or unfillable groups) per step
-    max_error_reruns: int = 8  # re-runs of error episodes per group
-    max_prompt_tokens: int = 4096  # verl: system prompt, tools, demonstrations, opening
-    max_response_tokens: int = 8192  # verl: whole multi-turn response incl. tool/user tokens
-    max_error_retries: int = 2  # verl: re-runs inside the agent loop
-    save_every: int = 10  # checkpoint every N steps, and at the last
+    group_size: int = 8  # episodes per task per step [actor_rollout_ref.rollout.n]
+    groups_per_step: int = 18  # tasks per step (18 x 8 = 144 episodes) [data.train_batch_size]
+    steps: int = 50  # optimizer updates [trainer.total_training_steps]
+    lr: float = 1e-6  # AdamW [actor.optim.lr]; LoRA usually wants ~10x more
+    weight_decay: float = 0.0  # [actor.optim.weight_decay]
+    loss_agg_mode: LossAggMode = LossAggMode["token-mean"]  # [actor.loss_agg_mode]
+    clip_ratio: float = 0.2  # PPO ratio clip, both sides [actor.clip_ratio(_low/_high)]
+    norm_adv_by_std: bool = True  # divide advantages by the group std (False: Dr.GRPO) [algorithm.norm_adv_by_std_in_grpo]
+    # KL-to-reference loss weight; 0: no reference model [actor.kl_loss_coef]. The native trainer keeps no
+    # reference model, so it refuses a non-zero value.
+    kl_coef: float = 0.0
+    lora_rank: int = 16  # used when the pool's finetune is lora [model.lora_rank]
+    lora_alpha: int = 32  # [model.lora_alpha]
+    lora_target_modules: str = "all-linear"  # [model.target_modules]
+    replace_zero_variance: bool = True  # replace all-0/all-1 groups by fresh tasks [algorithm.filter_groups]
+    max_replacements: int = 18  # replacements (zero-variance or unfillable groups) per step [trainer.v1.sampler]
+    max_error_reruns: int = 8  # native: re-runs of error episodes per group
+    max_prompt_tokens: int = 4096  # verl: system prompt, tools, demonstrations, opening [data.max_prompt_length]
+    max_response_tokens: int = 8192  # verl: whole multi-turn response incl. tool/user tokens [data.max_response_length]
+    max_error_retries: int = 2  # verl: re-runs of an episode that ended in an error outcome, inside the agent loop
+    save_every: int = 10  # checkpoint every N steps, and at the last [trainer.save_freq]
     micro_batch_size: int = 4  # native: sequences per forward/backward (gradient accumulation)
     gradient_checkpointing: bool = False  # native: trade compute for memory
     max_grad_norm: float = 1.0

@@ -293,6 +293,8 @@ def check_config(cfg: Config) -> None:
         check(cfg)
     if stage.loads_tasks:
         _check_tasks(cfg)
+    if stage.name == "train" and cfg.train.pool:
+        _check_pool_finetune(cfg, Path(cfg.train.pool))
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
         if key == "model.endpoint":
@@ -364,6 +366,21 @@ def _check_tasks(cfg: Config) -> None:
         except InputError as exc:
             raise ConfigError(exc.source, exc.field, exc.problem,
                               f"{exc.fix} (tasks.path, set for tasks={tasks.name})") from None
+
+
+def _check_pool_finetune(cfg: Config, path: Path) -> None:
+    """Both trainers train as the pool manifest was selected (full parameters or LoRA); a `pool=` that says
+    otherwise would be ignored, so it is refused."""
+    if not path.is_file():
+        return  # the stage names a missing manifest itself
+    from tbx.catalog import load_manifest
+
+    manifest = load_manifest(str(path), "train.pool")
+    if manifest.finetune != cfg.pool.finetune:
+        option = manifest.pool.get("name") or "?"
+        raise fail(cfg, "pool.finetune", f"is {cfg.pool.finetune}, but train.pool ({path}) was selected for "
+                   f"{manifest.finetune}", f"give pool={option} (the pool's own option) or pool.finetune="
+                   f"{manifest.finetune}")
 
 
 def _endpoints_used(cfg: Config, stage: Stage) -> list[tuple[str, EndpointConfig]]:

@@ -114,8 +114,14 @@ def check_episode_limits(cfg: Config) -> None:
     _at_least(cfg, "eval.max_error_retries", 0)
     if cfg.eval.max_turns is not None:
         _at_least(cfg, "eval.max_turns", 1)
+
+
+def check_episode_timeouts(cfg: Config) -> None:
+    """The waits of every stage that plays episodes (tbx/episodes/limits.py)."""
     if cfg.eval.turn_timeout_s is not None and not cfg.eval.turn_timeout_s > 0:
         raise fail(cfg, "eval.turn_timeout_s", f"is {cfg.eval.turn_timeout_s}", "give seconds > 0, or null")
+    if not cfg.eval.episode_timeout_s > 0:
+        raise fail(cfg, "eval.episode_timeout_s", f"is {cfg.eval.episode_timeout_s}", "give seconds > 0")
 
 
 def check_probe(cfg: Config) -> None:
@@ -133,6 +139,9 @@ def check_grpo(cfg: Config) -> None:
         _at_least(cfg, key, 1)
     if cfg.grpo.lr <= 0:
         raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
+    if cfg.grpo.trainer == "native" and cfg.grpo.kl_coef != 0:
+        raise fail(cfg, "grpo.kl_coef", f"is {cfg.grpo.kl_coef}, but the native trainer keeps no reference model",
+                   "give grpo.kl_coef=0, or train with grpo.trainer=verl (its KL loss uses a reference model)")
 
 
 def check_pipeline(cfg: Config) -> None:

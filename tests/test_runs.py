@@ -66,7 +66,8 @@ def test_settings_that_change_results_are_a_new_run(override):
 
 @pytest.mark.parametrize("override", ["model.endpoint.concurrency=2", "model.endpoint.timeout_s=5",
                                       "model.endpoint.max_retries=0", "user.endpoint.api_key_env=KEY",
-                                      "eval.concurrency=1", "eval.call_timeout_s=9", "eval.max_error_retries=5",
+                                      "eval.concurrency=1", "eval.call_timeout_s=9", "eval.episode_timeout_s=9",
+                                      "eval.max_error_retries=5",
                                       "backend.workdir=/elsewhere", "store.url=sqlite:///x.sqlite", "logger=none",
                                       "out_root=/elsewhere", "tasks.name=renamed", "faults.hang_s=1",
                                       "+extra.note=hello", "grpo.steps=3", "probe.attempts=3"])

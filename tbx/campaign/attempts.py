@@ -20,7 +20,7 @@ from pathlib import Path
 from tbx.campaign.components import build_judge, build_policy, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
-from tbx.episodes import run_episode
+from tbx.episodes import episode_limits, run_episode
 from tbx.runs import record_engine
 from tbx.store import ResultStore
 from tbx.store.claims import Claim, ClaimLost, describe_owner
@@ -73,7 +73,7 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
     if run_dir is not None:
         record_engine(run_dir, policy.engine())
     notice, waiting, sessions = HeldNotice(), deque(), ToolSessions()
-    retries = cfg.eval.max_error_retries
+    retries, limits = cfg.eval.max_error_retries, episode_limits(cfg)
 
     async def play(task_id: str, index: int) -> None:
         played = 0
@@ -82,9 +82,8 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
                 retried()
             played += 1
             seed, fault_seed = try_seeds(cfg.seed, log, task_id, index)
-            result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed,
-                                       cfg.eval.max_turns, cfg.eval.call_timeout_s, cfg.faults, fault_seed,
-                                       turn_timeout_s=cfg.eval.turn_timeout_s, sessions=sessions)
+            result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed, limits,
+                                       faults=cfg.faults, fault_seed=fault_seed, sessions=sessions)
             log.append(result, episode_cost(cfg, result.usage), retries)
 
     async def attempt(task_id: str, index: int) -> bool:

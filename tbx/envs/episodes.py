@@ -37,7 +37,7 @@ from tbx.campaign import episode_seed, open_run
 from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.config import Config, register_configs
 from tbx.config_checks import check_config, compose_config, config_object
-from tbx.episodes import run_episode
+from tbx.episodes import episode_limits, run_episode
 from tbx.errors import AgentFault
 from tbx.records import EpisodeResult
 from tbx.runs import record_engine
@@ -147,7 +147,7 @@ class TaskSet:
         self.cfg, self.consumer = cfg, consumer
         self._stack = ExitStack()
         self.run = self._stack.enter_context(open_run(cfg, "serve"))
-        self.user, self.judge = build_user(cfg), build_judge(cfg)
+        self.user, self.judge, self.limits = build_user(cfg), build_judge(cfg), episode_limits(cfg)
         record_engine(self.run.run_dir, {"name": consumer, "agent": consumer, "transport": "tbx.envs"})
         taken: dict[str, int] = defaultdict(lambda: -1)
         for record in self.run.log.records:
@@ -181,11 +181,11 @@ class TaskSet:
         with self._lock:
             attempt = next(self._attempts[task_id])
         seed = episode_seed(self.cfg.seed, task_id, attempt, 0)  # as stage=eval seeds this attempt's first try
-        runtime, e = self.run.runtimes[task_id], self.cfg.eval
+        runtime = self.run.runtimes[task_id]
 
         def play(agent: ServedEpisode) -> Any:
-            return run_episode(runtime, self.run.backend, agent, self.user, self.judge, attempt, seed, e.max_turns,
-                               e.call_timeout_s, self.cfg.faults, seed)
+            return run_episode(runtime, self.run.backend, agent, self.user, self.judge, attempt, seed, self.limits,
+                               faults=self.cfg.faults, fault_seed=seed)
 
         return ServedEpisode(task_id, attempt, play, self._record, name=self.consumer)
 

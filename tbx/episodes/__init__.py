@@ -1,6 +1,7 @@
 """Episodes: the agent ↔ tools ↔ user loop, ending in a typed outcome and a grade."""
 
+from tbx.episodes.limits import EpisodeLimits, episode_limits
 from tbx.episodes.run import run_episode
 from tbx.records import ERROR_OUTCOMES, EpisodeResult, Outcome
 
-__all__ = ["ERROR_OUTCOMES", "EpisodeResult", "Outcome", "run_episode"]
+__all__ = ["ERROR_OUTCOMES", "EpisodeLimits", "EpisodeResult", "Outcome", "episode_limits", "run_episode"]

@@ -6,7 +6,8 @@ Every way an episode can end maps to one typed outcome (the table is in docs/gua
 agent's own turn causes (`AgentFault`: a context overflow, a request of its messages the endpoint
 refuses, a provider's filter, a turn past `turn_timeout_s`) ends the conversation like the turn limit
 and the state is graded; what the harness, the network or a server causes is an error outcome, never
-a failure. Every wait is bounded; blocking database work runs off the event loop (`tbx.waits`).
+a failure. Every wait is bounded by the caller's `EpisodeLimits` (tbx/episodes/limits.py), the whole
+conversation included; blocking database work runs off the event loop (`tbx.waits`).
 An agent may also leave (`AgentLeft`: a served agent's session ended before the user ended the
 conversation): the state it left is graded for the record, and the outcome is `abandoned`.
 """
@@ -22,6 +23,7 @@ from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_delta
 from tbx.catalog import TaskRuntime, source_hash
 from tbx.config import FaultsConfig
+from tbx.episodes.limits import EpisodeLimits
 from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.faults import EpisodeFaults
 from tbx.grading import grade_state
@@ -82,13 +84,14 @@ async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | 
 
 
 async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
-                    max_turns: int | None, timeout_s: float | None, turn_timeout_s: float | None) -> str:
+                    limits: EpisodeLimits) -> str:
     """Run the dialogue; return what ended it (user_stop | turn_limit | agent_left | an `AgentFault` reason)."""
-    limit = runtime.task.turn_limit if max_turns is None else min(runtime.task.turn_limit, max_turns)
+    task_limit = runtime.task.turn_limit
+    limit = task_limit if limits.max_turns is None else min(task_limit, limits.max_turns)
     for _ in range(limit):
         log.counts["turns"] += 1
         try:
-            turn = await _agent_turn(agent, log, tools.schemas, turn_timeout_s)
+            turn = await _agent_turn(agent, log, tools.schemas, limits.turn_timeout_s)
         except AgentFault as fault:
             log.ending = fault.detail
             return fault.reason
@@ -108,7 +111,7 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript, 
         if turn.malformed:
             continue
         try:
-            reply = await bounded(user.reply(log.messages), timeout_s, UserSimError, "the user simulator")
+            reply = await bounded(user.reply(log.messages), limits.call_timeout_s, UserSimError, "the user simulator")
         except UserSimError:
             raise
         except Exception as exc:
@@ -165,15 +168,31 @@ async def _verdict(runtime: TaskRuntime, final: State, judge: Judge | None, log:
     return outcome, cause, result.to_dict()
 
 
+async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript, limits: EpisodeLimits,  # noqa: ANN001
+                        chaos: EpisodeFaults, sessions: ToolSessions | None, timings: dict[str, float]) -> str:
+    """The task's tools served on the episode's database, and the dialogue over them; what ended it."""
+    task, infra, began = runtime.task, InfraLog(), time.perf_counter()
+    if sessions is None:
+        opened = open_tool_session(build_server(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate()),
+                                   infra, limits.call_timeout_s)
+    else:
+        opened = sessions.session(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate(),
+                                  limits.call_timeout_s)
+    async with opened as tools:
+        timings["session"] = time.perf_counter() - began
+        ended_by = await _converse(runtime, tools, agent, user, log, limits)
+        timings["tools"] = tools.seconds
+    return ended_by
+
+
 async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
-                      judge: Judge | None, attempt: int, seed: int, max_turns: int | None = None,
-                      call_timeout_s: float | None = None, faults: FaultsConfig | None = None,
-                      fault_seed: int | None = None, turn_timeout_s: float | None = None,
+                      judge: Judge | None, attempt: int, seed: int, limits: EpisodeLimits, *,
+                      faults: FaultsConfig | None = None, fault_seed: int | None = None,
                       sessions: ToolSessions | None = None) -> EpisodeResult:
-    """Play one attempt of a task. `max_turns` caps the task's own turn limit (small CPU runs);
-    `call_timeout_s` bounds each tool call, DB connection, clone, state dump, user reply and judge call,
-    `turn_timeout_s` each turn of the agent (None: no limit); `faults` injects failures and hangs
-    (`tbx.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
+    """Play one attempt of a task within `limits`: `call_timeout_s` bounds each tool call, DB connection,
+    clone, state dump, user reply and judge call, `turn_timeout_s` each turn of the agent,
+    `episode_timeout_s` the conversation (the tool session and every turn); `faults` injects failures and
+    hangs (`tbx.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
     its `seed` and passes another `fault_seed`); `sessions`: MCP sessions kept across a campaign's
     episodes, bound to this episode's database (None: a server and session of its own)."""
     task = runtime.task
@@ -184,6 +203,7 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
     log = _Transcript(task.policy, user.opening())
     outcome, cause, ended_by, grade, delta = Outcome.INFRA_ERROR, "", "error", None, None
     db = None
+    call_timeout_s = limits.call_timeout_s
     try:
         try:
             await chaos.connect(call_timeout_s)
@@ -192,17 +212,16 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
         except Exception as exc:
             raise InfraError(f"could not clone the task database: {exc}") from exc
         timings["clone"] = time.perf_counter() - start
-        infra = InfraLog()
-        if sessions is None:
-            opened = open_tool_session(build_server(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate()),
-                                       infra, call_timeout_s)
-        else:
-            opened = sessions.session(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate(), call_timeout_s)
-        agent = policy.agent(EpisodeContext(task, attempt, seed))
-        async with opened as tools:
-            timings["session"] = time.perf_counter() - start - timings["clone"]
-            ended_by = await _converse(runtime, tools, agent, user, log, max_turns, call_timeout_s, turn_timeout_s)
-            timings["tools"] = tools.seconds
+        deadline = asyncio.timeout(limits.episode_timeout_s)
+        try:
+            async with deadline:
+                ended_by = await _conversation(runtime, db, policy.agent(EpisodeContext(task, attempt, seed)), user,
+                                               log, limits, chaos, sessions, timings)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise InfraError(f"the episode did not end within {limits.episode_timeout_s:g} s "
+                             "(eval.episode_timeout_s)") from None
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
         final = await _final_state(runtime, backend, db, chaos, call_timeout_s)

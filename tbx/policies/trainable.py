@@ -119,13 +119,14 @@ class TrainablePolicy(VLLMPolicy):
         return folder
 
 
-def build_trainable(cfg: Config, run_dir: Path) -> TrainablePolicy:
-    """Load the model, make it trainable (full parameters, or a LoRA adapter for pool=lora), serve it."""
+def build_trainable(cfg: Config, run_dir: Path, finetune: str) -> TrainablePolicy:
+    """Load the model, make it trainable (`finetune`, the pool manifest's: full parameters, or a LoRA
+    adapter), serve it."""
     from tbx.policies.hf_model import load_model
 
     loaded = load_model(cfg.model)
     model = loaded.model
-    lora = cfg.pool.finetune == "lora"
+    lora = finetune == "lora"
     if lora:
         from peft import LoraConfig, get_peft_model
 
@@ -140,7 +141,7 @@ def build_trainable(cfg: Config, run_dir: Path) -> TrainablePolicy:
     model.eval()
     served = serve(cfg.model, lora_rank=cfg.grpo.lora_rank if lora else 0, seed=cfg.seed, directory=loaded.directory,
                    tokenizer=loaded.tokenizer)
-    print(f"training {cfg.model.name} ({cfg.pool.finetune}) against vLLM at {served.server.base_url}", file=sys.stderr)
-    return TrainablePolicy(served, model=model, finetune=cfg.pool.finetune, weights_dir=run_dir / "weights",
+    print(f"training {cfg.model.name} ({finetune}) against vLLM at {served.server.base_url}", file=sys.stderr)
+    return TrainablePolicy(served, model=model, finetune=finetune, weights_dir=run_dir / "weights",
                            run_name=run_dir.name)
 

@@ -23,14 +23,23 @@ from tbx.durable import fsync_path
 LATEST = "latest.json"
 
 
+# Our own few lines, not accelerate's `save_accelerator_state`: that writes a file set of its own per process
+# for an Accelerator's prepared models, where a tbx checkpoint is one state.pt renamed into place.
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every generator the run draws from: Python's, numpy's, torch's CPU one and each CUDA device's."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore `rng_state()`; CUDA's when the checkpoint has it and this process has CUDA."""
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def save_checkpoint(folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,

@@ -27,11 +27,11 @@ from typing import Literal, get_args
 
 import torch
 
+from tbx.config import LossAggMode
 from tbx.errors import ConfigError
 
-LossAggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "token-sum"]
 KlEstimator = Literal["low_var_kl", "kl"]
-LOSS_AGG_MODES: tuple[str, ...] = get_args(LossAggMode)
+LOSS_AGG_MODES: tuple[str, ...] = tuple(mode.value for mode in LossAggMode)  # the config's `grpo.loss_agg_mode`
 KL_ESTIMATORS: tuple[str, ...] = get_args(KlEstimator)
 LOG_RATIO_CLAMP = 20.0  # exp(20) ~ 5e8: beyond it the ratio is meaningless and overflows in bf16
 K3_CLAMP = 10.0  # verl clamps the k3 estimate to [-10, 10] for stability
@@ -44,7 +44,7 @@ class LossSettings:
     clip_ratio_low: float = 0.2  # ratio floor 1 - low for positive advantages [clip_ratio_low]
     clip_ratio_high: float = 0.2  # ratio ceiling 1 + high [clip_ratio_high]
     clip_ratio_c: float | None = 3.0  # dual-clip bound for negative advantages; None = off [clip_ratio_c]
-    loss_agg_mode: LossAggMode = "token-mean"  # [loss_agg_mode]
+    loss_agg_mode: LossAggMode | str = LossAggMode["token-mean"]  # [loss_agg_mode]
     kl_coef: float = 0.0  # weight of the KL-to-reference term; 0 = no reference needed [kl_loss_coef]
     kl_estimator: KlEstimator = "low_var_kl"  # [kl_loss_type]
     entropy_coeff: float = 0.0  # entropy bonus weight [entropy_coeff]

@@ -55,7 +55,7 @@ class Stage:
         return getattr(importlib.import_module(module), name)
 
 
-EPISODE_CHECKS = (values.check_episode_limits,)
+EPISODE_CHECKS = (values.check_episode_limits, values.check_episode_timeouts)
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("eval", "tbx.stages.eval:run_eval", "play every task's attempts, grade and store them",
           uses=("tasks", *POLICY, *PLAYED), plays_episodes=True, loads_tasks=True, shardable=True,
@@ -67,7 +67,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("regrade", "tbx.stages.regrade:run_regrade", "grade a run's stored episodes again",
           uses=("regrade",)),
     Stage("validate", "tbx.stages.validate:run_validate", "the admission gate for a task set",
-          uses=("tasks", "judge", "backend", "eval", "faults", "seed"), loads_tasks=True),
+          uses=("tasks", "judge", "backend", "eval", "faults", "seed"), loads_tasks=True,
+          checks=(values.check_episode_timeouts,)),
     Stage("probe", "tbx.stages.probe:run_probe", "measure each task's success rate, adaptively",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe"), plays_episodes=True,
           loads_tasks=True, shardable=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_bands)),
@@ -79,7 +80,7 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           checks=(values.check_view,), environment_checks=(env.check_view_token,)),
     Stage("train", "tbx.stages.train:run_train", "GRPO on a pool's tasks",
           uses=(*POLICY, *PLAYED, "pool", "grpo", "train"), plays_episodes=True, tasks_from_pool=True,
-          checks=(values.check_grpo,)),
+          checks=(values.check_episode_timeouts, values.check_grpo)),
     Stage("pipeline", "tbx.stages.pipeline:run_pipeline", "probe, select, train, evaluate and report",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe", "grpo", "pipeline"), plays_episodes=True,
           loads_tasks=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_grpo,

@@ -23,7 +23,7 @@ from tbx.campaign.attempts import CLAIM_POLL_S, try_seeds
 from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
-from tbx.episodes import run_episode
+from tbx.episodes import episode_limits, run_episode
 from tbx.errors import ConfigError
 from tbx.faults import validate_faults
 from tbx.preemption import run_loop
@@ -61,14 +61,14 @@ async def _views(runtimes: dict[str, TaskRuntime]) -> dict[str, View]:
 def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, View], log: ResultStore,
               backend, user, judge) -> Campaign:  # noqa: ANN001
     """The pending attempts, each played by `run_episode` with the served agent, stored like stage=eval's."""
-    retries = cfg.eval.max_error_retries
+    retries, limits = cfg.eval.max_error_retries, episode_limits(cfg)
 
     def open_episode(task_id: str, attempt: int, record: Callable) -> ServedEpisode:
         seed, fault_seed = try_seeds(cfg.seed, log, task_id, attempt)  # as in stage=eval
 
         def play(agent: ServedEpisode) -> Any:
-            return run_episode(runtimes[task_id], backend, agent, user, judge, attempt, seed, cfg.eval.max_turns,
-                               cfg.eval.call_timeout_s, cfg.faults, fault_seed)
+            return run_episode(runtimes[task_id], backend, agent, user, judge, attempt, seed, limits,
+                               faults=cfg.faults, fault_seed=fault_seed)
 
         return ServedEpisode(task_id, attempt, play, record, name=cfg.serve.agent_name or "served")
 

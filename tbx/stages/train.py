@@ -34,7 +34,7 @@ from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
 from tbx.durable import publish_folder, write_text
-from tbx.episodes import run_episode
+from tbx.episodes import episode_limits, run_episode
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
 from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
@@ -105,8 +105,9 @@ class _Trainer:
 async def _train(cfg: Config, run: _Trainer) -> None:
     policy, sampler, store, sink, state = run.policy, run.sampler, run.store, run.sink, run.state
     user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), run.runtimes, run.backend
+    limits = episode_limits(cfg)  # a training episode is bounded as an evaluated one
     settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
-                            loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)
+                            loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
     scored = state.scored
     for step in range(state.step, cfg.grpo.steps):
         started = time.perf_counter()
@@ -115,8 +116,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
 
         async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):  # noqa: ANN202
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
-            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed,
-                                       cfg.eval.max_turns)
+            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed, limits)
             store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
@@ -181,7 +181,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
         # starts a model server
         store.lock_run(str(run_dir))
         save_run_meta(run_dir, cfg)
-        run = _start(cfg, run_dir, tasks, store)
+        run = _start(cfg, run_dir, tasks, store, manifest.finetune)
         policy = run.policy
         backend = build_backend(cfg)
         try:
@@ -221,9 +221,10 @@ def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: 
     return summary
 
 
-def _start(cfg: Config, run_dir: Path, tasks: list, store) -> _Trainer:  # noqa: ANN001
-    """The policy (served), optimizer and sampler, from the run's last checkpoint when there is one: the
-    server then answers with that checkpoint's weights, as it did for the uninterrupted run."""
+def _start(cfg: Config, run_dir: Path, tasks: list, store, finetune: str) -> _Trainer:  # noqa: ANN001
+    """The policy (served; `finetune` is the pool manifest's, as verl's), optimizer and sampler, from the run's
+    last checkpoint when there is one: the server then answers with that checkpoint's weights, as it did for
+    the uninterrupted run."""
     import torch
 
     # every generator a checkpoint saves starts from the seed (Python's and numpy's would start from fresh
@@ -231,7 +232,7 @@ def _start(cfg: Config, run_dir: Path, tasks: list, store) -> _Trainer:  # noqa:
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
-    policy = build_trainable(cfg, run_dir)
+    policy = build_trainable(cfg, run_dir, finetune)
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.grpo.lr,
                                   weight_decay=cfg.grpo.weight_decay)
     sampler = GroupSampler([t.id for t in tasks], cfg.grpo.group_size, cfg.grpo.groups_per_step,

@@ -18,7 +18,7 @@ import asyncio
 import json
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tqdm import tqdm
@@ -30,7 +30,7 @@ from tbx.campaign.workers import map_shares, share_processes
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
 from tbx.config import Config
 from tbx.durable import write_text
-from tbx.episodes import EpisodeResult, Outcome, run_episode
+from tbx.episodes import EpisodeLimits, EpisodeResult, Outcome, episode_limits, run_episode
 from tbx.errors import TaskFormatError
 from tbx.grading import same_changes
 from tbx.grading.judge import EvidenceJudge, Judge
@@ -68,16 +68,16 @@ class StepsPolicy(Policy):
         return ScriptAgent(turns_from_steps(self.steps))
 
 
-async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None) -> TaskVerdict:
+async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None, limits: EpisodeLimits) -> TaskVerdict:
     task = runtime.task
     verdict = TaskVerdict(task.id, task.family, task.source)
     if task.checks.judge and judge is None:
         judge = EvidenceJudge()
     user = ScriptedUser()
-    oracle = await run_episode(runtime, backend, OraclePolicy(), user, judge, 0, 0)
+    oracle = await run_episode(runtime, backend, OraclePolicy(), user, judge, 0, 0, limits)
     if oracle.outcome is not Outcome.SUCCESS:
         verdict.reasons.append(f"reference solution does not pass ({oracle.outcome.value}: {oracle.cause})")
-    null = await run_episode(runtime, backend, NullPolicy(), user, judge, 0, 0)
+    null = await run_episode(runtime, backend, NullPolicy(), user, judge, 0, 0, limits)
     if null.outcome is not Outcome.FAILURE:
         verdict.reasons.append(f"the null agent is not failed ({null.outcome.value})")
     tools = {spec.name: spec for spec in runtime.domain.tools}
@@ -86,7 +86,7 @@ async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None
     if not any(m.kind == "extra_write" for m in mutations):
         verdict.reasons.append("no extra-write mutation possible: give the domain a distractor write")
     for mutation in mutations:
-        result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0)
+        result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0, limits)
         if result.outcome is Outcome.SUCCESS and is_equivalent(runtime, result, oracle):
             verdict.equivalent += 1
         elif result.outcome is not Outcome.FAILURE:
@@ -122,6 +122,8 @@ def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
 
 async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict], show: bool = True) -> None:
     judge = build_judge(cfg)
+    # the task's own turn limit: a reference solution is checked whole, whatever eval.max_turns caps
+    limits = replace(episode_limits(cfg), max_turns=None)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
     bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=not show, mininterval=2.0)
 
@@ -132,7 +134,7 @@ async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskV
             except TaskFormatError as exc:
                 verdicts.append(TaskVerdict(task.id, task.family, task.source, [str(exc)]))
             else:
-                verdicts.append(await check_task(runtime, backend, judge))
+                verdicts.append(await check_task(runtime, backend, judge, limits))
             bar.update(1)
 
     try:

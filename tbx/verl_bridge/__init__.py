@@ -1,7 +1,7 @@
 """The verl bridge: the only part of tbx that imports verl or ray.
 
 - `overrides`: pure translation of our config into the verl Hydra overrides we vary
-  (`verl_overrides`, `plan_training`, `GrpoSettings`, `HardwareSettings`, `VERL_VERSION`).
+  (`verl_overrides`, `plan_training`, `HardwareSettings`, `VERL_VERSION`).
 - `data`: the pool manifest as verl dataset rows, and the files a verl run reads.
 - `token_agent`, `episode`: a tbx episode played token-in/token-out, with its token stream,
   error retries and response budget, and `check_pool_prompts` to run before launching (no verl
@@ -16,12 +16,11 @@ from tbx.verl_bridge.overrides import (
     AGENT_LOOP_NAME,
     VERL_VERSION,
     BridgePaths,
-    GrpoSettings,
     HardwareSettings,
     TrainPlan,
     plan_training,
     verl_overrides,
 )
 
-__all__ = ["AGENT_LOOP_NAME", "VERL_VERSION", "BridgePaths", "GrpoSettings", "HardwareSettings", "TrainPlan",
+__all__ = ["AGENT_LOOP_NAME", "VERL_VERSION", "BridgePaths", "HardwareSettings", "TrainPlan",
            "plan_training", "verl_overrides"]

@@ -30,7 +30,7 @@ from pathlib import Path
 from tbx.backend import Backend
 from tbx.catalog import TaskRuntime, load_manifest, manifest_tasks, prepare_task, resolve_tasks
 from tbx.config import Config
-from tbx.episodes import ERROR_OUTCOMES, EpisodeResult, Outcome, run_episode
+from tbx.episodes import ERROR_OUTCOMES, EpisodeResult, Outcome, episode_limits, run_episode
 from tbx.errors import ConfigError, InfraError
 from tbx.grading.judge import Judge
 from tbx.messages import Message, ToolSchema
@@ -62,6 +62,7 @@ class EpisodeWorld:
     def __init__(self, cfg: Config, backend: Backend, user: UserSimulator, judge: Judge | None,
                  tasks: dict[str, Task]):
         self.cfg, self.backend, self.user, self.judge, self.tasks = cfg, backend, user, judge, tasks
+        self.limits = episode_limits(cfg)  # every episode of the process: the limits evaluation plays within
         self._runtimes: dict[str, TaskRuntime] = {}
 
     @classmethod
@@ -170,10 +171,8 @@ async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Ca
         agent = make_agent()
         policy = SingleAgentPolicy(agent, world.cfg.model.name)
         user = BudgetUser(world.user, agent.trace)
-        cfg = world.cfg
         result = await run_episode(runtime, world.backend, policy, user, world.judge, attempt,
-                                   episode_seed(uid, attempt, try_index), cfg.eval.max_turns, cfg.eval.call_timeout_s,
-                                   cfg.faults, turn_timeout_s=cfg.eval.turn_timeout_s)
+                                   episode_seed(uid, attempt, try_index), world.limits, faults=world.cfg.faults)
         if agent.fatal is not None:
             raise agent.fatal
         if on_try is not None:

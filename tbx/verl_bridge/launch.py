@@ -52,7 +52,6 @@ from tbx.verl_bridge.data import write_bridge_files
 from tbx.verl_bridge.overrides import (
     METRICS_FILE,
     VERL_VERSION,
-    GrpoSettings,
     HardwareSettings,
     TrainPlan,
     plan_training,
@@ -66,7 +65,7 @@ LATEST = "latest_checkpointed_iteration.txt"  # verl's pointer to its newest che
 def verl_command(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str,
                  run_id: str = "") -> tuple[TrainPlan, list[str]]:
     """The checked plan and the full command line of verl's trainer for this run (pure)."""
-    plan = plan_training(manifest, str(run_dir), experiment, GrpoSettings.from_config(cfg.grpo),
+    plan = plan_training(manifest, str(run_dir), experiment, cfg.grpo,
                          HardwareSettings.from_config(cfg), run_id)
     return plan, [sys.executable, "-m", cfg.grpo.verl_entry, *verl_overrides(cfg, manifest, plan)]
 

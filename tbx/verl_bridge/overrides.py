@@ -1,15 +1,13 @@
 """Our config → the few verl Hydra overrides we vary (pure: no verl, no ray, no filesystem).
 
-`plan_training` turns GRPO settings, hardware and the frozen pool manifest into a `TrainPlan`
+`plan_training` turns the GRPO settings (the `grpo` group's `GrpoConfig`, the record the native
+trainer reads too), hardware and the frozen pool manifest into a `TrainPlan`
 (derived sizes and the file paths of the run) and refuses inconsistent combinations with the
 offending values and the fix. `verl_overrides` turns the plan and the tbx config into the
 override list that `python -m verl.trainer.main_ppo` is started with; everything else keeps
 verl's defaults, so the list reads as the diff between verl and the reference recipe
 (SPEC §4: token-mean GRPO, 18 groups × 8 episodes per step, AdamW lr 1e-6, weight decay 0,
 50 steps, 3 nodes × 8 GPUs, zero-variance groups replaced, errored episodes re-run).
-
-`GrpoSettings` and `HardwareSettings` live here until the owner moves them into
-`tbx/config.py` as the `grpo` and `hardware` groups; their field names are meant to stay.
 
 Choices that are ours, not verl's defaults:
 - One optimizer step per training step (`ppo_mini_batch_size` = groups per step): the
@@ -28,14 +26,13 @@ Choices that are ours, not verl's defaults:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from tbx.config import Config
+from tbx.config import Config, GrpoConfig, LossAggMode
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
 from tbx.verl_bridge.cpu import RANKS_PER_NODE, cpu_overrides, is_cpu
@@ -49,42 +46,11 @@ METRICS_FILE = "metrics.jsonl"  # in <run>/verl: verl's file logger (trainer.log
 # delta's extension (a subclass) is named instead
 LORA_WORKER_EXTENSION = "tbx.verl_bridge.vllm_ext.LoraSyncExtension"
 SAMPLER_PATH, SAMPLER_NAME = "pkg://tbx.verl_bridge.sampler", "TbxReplayBuffer"
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean",
-                  "seq-mean-token-sum-norm")  # verl 0.9.1 workers/config/actor.py
 FINETUNES = ("full", "lora")
 _PLAIN = re.compile(r"[\w./:@+~-]+")  # override values Hydra reads unquoted
 _NOT_A_STRING = re.compile(r"(?i)[-+]?(\d[\d_]*(\.\d*)?(e[-+]?\d+)?|\.\d+|inf|nan)|true|false|null|none")
 _GRPO = "grpo settings"
 _HARDWARE = "hardware settings"
-
-
-@dataclass(frozen=True)
-class GrpoSettings:
-    """The training recipe (SPEC §4); verl keys in brackets."""
-
-    group_size: int = 8  # episodes per task per step [actor_rollout_ref.rollout.n]
-    groups_per_step: int = 18  # tasks per step [data.train_batch_size]
-    steps: int = 50  # optimizer updates [trainer.total_training_steps]
-    lr: float = 1e-6  # AdamW [actor.optim.lr]; LoRA usually wants ~10x more
-    weight_decay: float = 0.0  # [actor.optim.weight_decay]
-    loss_agg_mode: str = "token-mean"  # [actor.loss_agg_mode]
-    clip_ratio: float = 0.2  # PPO ratio clip, both sides [actor.clip_ratio(_low/_high)]
-    norm_adv_by_std: bool = True  # divide advantages by the group std [algorithm.norm_adv_by_std_in_grpo]
-    kl_coef: float = 0.0  # KL-to-reference loss weight; 0: no reference model [actor.kl_loss_coef]
-    lora_rank: int = 16  # used when the pool's finetune is lora [model.lora_rank]
-    lora_alpha: int = 32  # [model.lora_alpha]
-    lora_target_modules: str = "all-linear"  # [model.target_modules]
-    replace_zero_variance: bool = True  # replace all-0/all-1 groups by fresh ones [algorithm.filter_groups]
-    max_replacements: int = 18  # zero-variance replacements per step [trainer.v1.sampler.sampler_kwargs]
-    max_prompt_tokens: int = 4096  # system prompt, tools, demonstrations, opening [data.max_prompt_length]
-    max_response_tokens: int = 8192  # whole multi-turn response incl. tool/user tokens [data.max_response_length]
-    max_error_retries: int = 2  # re-runs of an episode that ended in an error outcome (inside the agent loop)
-    save_every: int = 10  # checkpoint every N steps, and at the last [trainer.save_freq]
-
-    @staticmethod
-    def from_config(grpo: Any) -> GrpoSettings:
-        """From the `grpo` group: the same keys drive the native trainer and verl."""
-        return GrpoSettings(**{f.name: getattr(grpo, f.name) for f in dataclasses.fields(GrpoSettings)})
 
 
 @dataclass(frozen=True)
@@ -140,7 +106,7 @@ class BridgePaths:
 class TrainPlan:
     """Settings plus everything derived from them; what `verl_overrides` reads."""
 
-    grpo: GrpoSettings
+    grpo: GrpoConfig
     hardware: HardwareSettings
     finetune: str  # full | lora, from the pool manifest
     pool_size: int  # tasks kept in the pool
@@ -161,7 +127,7 @@ def _require(condition: bool, source: str, name: str, problem: str, fix: str) ->
         raise ConfigError(source, name, problem, fix)
 
 
-def validate_grpo(grpo: GrpoSettings) -> None:
+def validate_grpo(grpo: GrpoConfig) -> None:
     """Values that are wrong on their own."""
     _require(grpo.group_size >= 2, _GRPO, "group_size", f"is {grpo.group_size}; a group of one has no "
              "relative advantage", "use at least 2 episodes per group (the reference uses 8)")
@@ -175,11 +141,12 @@ def validate_grpo(grpo: GrpoSettings) -> None:
     _require(grpo.kl_coef >= 0, _GRPO, "kl_coef", f"is {grpo.kl_coef}", "use a value >= 0 (0 turns KL off)")
     for name in ("max_error_retries", "max_replacements"):
         _require(getattr(grpo, name) >= 0, _GRPO, name, f"is {getattr(grpo, name)}", "use a value >= 0")
-    _require(grpo.loss_agg_mode in LOSS_AGG_MODES, _GRPO, "loss_agg_mode", f"'{grpo.loss_agg_mode}' is unknown",
-             f"use one of {list(LOSS_AGG_MODES)} (the reference uses token-mean)")
+    modes = [mode.value for mode in LossAggMode]  # tbx's loss has these; verl 0.9.1 has them all
+    _require(grpo.loss_agg_mode in modes, _GRPO, "loss_agg_mode", f"'{grpo.loss_agg_mode}' is unknown",
+             f"use one of {modes} (the reference uses token-mean)")
 
 
-def validate_hardware(hardware: HardwareSettings, grpo: GrpoSettings) -> None:
+def validate_hardware(hardware: HardwareSettings, grpo: GrpoConfig) -> None:
     """The cluster shape, and the batch against it."""
     for name in ("nodes", "gpus_per_node", "tensor_parallel_size"):
         value = getattr(hardware, name)
@@ -209,10 +176,10 @@ def validate_manifest(manifest: PoolManifest) -> tuple[str, int, str]:
     return finetune, len(manifest.kept), manifest.hash
 
 
-def plan_training(manifest: PoolManifest, run_dir: str, experiment: str, grpo: GrpoSettings | None = None,
+def plan_training(manifest: PoolManifest, run_dir: str, experiment: str, grpo: GrpoConfig | None = None,
                   hardware: HardwareSettings | None = None, run_id: str = "") -> TrainPlan:
     """Validate the settings against each other and the pool; derive sizes and paths."""
-    grpo, hardware = grpo or GrpoSettings(), hardware or HardwareSettings()
+    grpo, hardware = grpo or GrpoConfig(), hardware or HardwareSettings()
     validate_grpo(grpo)
     validate_hardware(hardware, grpo)
     finetune, pool_size, pool_hash = validate_manifest(manifest)

@@ -12,6 +12,7 @@ from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_
 from tbx.stages.validate import is_equivalent
 from tbx.tasks.mutations import mutate
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 
 
 class StepsPolicy(NullPolicy):
@@ -24,7 +25,7 @@ class StepsPolicy(NullPolicy):
 
 def play_all(runtimes, backend, policies):
     async def go():
-        return await asyncio.gather(*(run_episode(rt, backend, policy, ScriptedUser(), EvidenceJudge(), 0, 0)
+        return await asyncio.gather(*(run_episode(rt, backend, policy, ScriptedUser(), EvidenceJudge(), 0, 0, LIMITS)
                                       for rt, policy in zip(runtimes, policies, strict=True)))
     return asyncio.run(go())
 

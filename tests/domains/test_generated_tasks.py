@@ -21,6 +21,7 @@ from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 
 from .harness import BUNDLED, TRAINING, families_of, pick, replay
 
@@ -143,9 +144,9 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, name, family)
 def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, name, family):
     rt = runtime(pick(get_domain(name).generate_tasks(0), family, 2))
     judge = EvidenceJudge()  # the default: a family may have a judge rule
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0))
+    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0, LIMITS))
     assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), judge, 0, 0))
+    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), judge, 0, 0, LIMITS))
     assert bad.outcome is Outcome.FAILURE
 
 

@@ -15,6 +15,7 @@ from tbx.episodes import Outcome, run_episode
 from tbx.grading.judge import EvidenceJudge, Judge, JudgeVerdict
 from tbx.policies.reference import OraclePolicy
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 from tests.stages.test_eval_regrade import make_cfg
 
 BENCH = ("travel", "retail", "auto_insurance", "neobank", "consulting")
@@ -46,7 +47,7 @@ def judged(request, tmp_path_factory):
 def play(runtime, backend, judge, steps=None):
     task = runtime.task if steps is None else dataclasses.replace(runtime.task, reference=tuple(steps))
     runtime = dataclasses.replace(runtime, task=task)
-    return asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0))
+    return asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0, LIMITS))
 
 
 def without_statement(task):

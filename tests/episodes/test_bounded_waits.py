@@ -20,9 +20,10 @@ from tbx.messages import AssistantTurn, ToolCall
 from tbx.store.results import read_records
 from tbx.tools.declare import tool
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import ScriptPolicy, mock_task
+from tests.episodes.test_episodes import LIMITS, ScriptPolicy, mock_task
 
 LIMIT_S = 0.5
+CUT = dataclasses.replace(LIMITS, call_timeout_s=LIMIT_S)
 stopped = threading.Event()  # set when a hung tool body finally returns or is interrupted
 
 
@@ -31,6 +32,16 @@ def sleepy(db) -> str:
     """Take a long time in Python."""
     time.sleep(4)
     return "slept"
+
+
+released = threading.Event()  # set by a test's teardown only: until then `blocking` never returns
+
+
+@tool("read")
+def blocking(db) -> str:
+    """Wait for an answer that never comes."""
+    released.wait()
+    return "released"
 
 
 @tool("read")
@@ -56,8 +67,7 @@ def play_in_thread(runtime, backend, name: str, deadline_s: float = 20.0):  # no
     box: list = []
 
     def episode() -> None:
-        box.append(asyncio.run(run_episode(runtime, backend, ScriptPolicy(turns), ScriptedUser(), None, 0, 0,
-                                           call_timeout_s=LIMIT_S)))
+        box.append(asyncio.run(run_episode(runtime, backend, ScriptPolicy(turns), ScriptedUser(), None, 0, 0, CUT)))
 
     began = time.perf_counter()
     worker = threading.Thread(target=episode, daemon=True)
@@ -78,16 +88,40 @@ def test_a_hung_synchronous_tool_body_is_cut_at_the_call_limit(backend, spec):
         assert stopped.wait(5), "the query still runs"
 
 
+class SilentPolicy(ScriptPolicy):
+    """An agent whose turn never ends (a model call that never answers)."""
+
+    def __init__(self):
+        super().__init__([])
+
+    def agent(self, context):  # noqa: ANN001, ANN201
+        class Silent:
+            async def act(self, messages, tools):  # noqa: ANN001, ANN202
+                await asyncio.Event().wait()
+
+        return Silent()
+
+
+def test_the_episode_deadline_bounds_turns_that_no_other_limit_does(backend):
+    # eval.turn_timeout_s=null: only the episode's deadline ends the wait, as an infra_error
+    runtime = prepare_task(mock_task(), backend)
+    limits = dataclasses.replace(LIMITS, turn_timeout_s=None, episode_timeout_s=LIMIT_S)
+    began = time.perf_counter()
+    result = asyncio.run(run_episode(runtime, backend, SilentPolicy(), ScriptedUser(), None, 0, 0, limits))
+    assert result.outcome is Outcome.INFRA_ERROR and time.perf_counter() - began < 3, result.cause
+    assert result.cause == "the episode did not end within 0.5 s (eval.episode_timeout_s)"
+
+
 def test_other_episodes_go_on_while_one_tool_hangs(backend):
     runtime = with_tool(prepare_task(mock_task(), backend), sleepy.__tbx_tool__)
 
     async def both():  # noqa: ANN202
         hung = run_episode(runtime, backend, ScriptPolicy([AssistantTurn(tool_calls=(ToolCall("sleepy", {}),))]),
-                           ScriptedUser(), None, 0, 0, call_timeout_s=10.0)
+                           ScriptedUser(), None, 0, 0, dataclasses.replace(LIMITS, call_timeout_s=10.0))
         from tbx.policies.reference import OraclePolicy
 
         began = time.perf_counter()
-        fine = asyncio.ensure_future(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 1, 0))
+        fine = asyncio.ensure_future(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 1, 0, LIMITS))
         slow = asyncio.ensure_future(hung)
         good = await fine
         took = time.perf_counter() - began

@@ -6,6 +6,7 @@ real HTTP server (tests/fakes/openai_server.py) through the real client and poli
 import asyncio
 import json
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,7 @@ from tbx.policies.base import Agent, Policy
 from tbx.policies.openai_compat import OpenAIPolicy
 from tbx.policies.reference import ScriptAgent
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import mock_task
+from tests.episodes.test_episodes import LIMITS, mock_task
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Scripted,
@@ -46,7 +47,8 @@ def play(runtime, policy: Policy, turn_timeout_s: float | None = None):  # noqa:
 
     async def episode():  # noqa: ANN202
         try:
-            return await run_episode(task, backend, policy, ScriptedUser(), None, 0, 0, turn_timeout_s=turn_timeout_s)
+            return await run_episode(task, backend, policy, ScriptedUser(), None, 0, 0,
+                                     replace(LIMITS, turn_timeout_s=turn_timeout_s))
         finally:
             await policy.aclose()
     return asyncio.run(episode())

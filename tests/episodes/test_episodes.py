@@ -9,8 +9,9 @@ import pytest
 
 from tbx.backend import dump_state
 from tbx.catalog import prepare_task
+from tbx.config import Config
 from tbx.domains import get_domain
-from tbx.episodes import Outcome, run_episode
+from tbx.episodes import Outcome, episode_limits, run_episode
 from tbx.errors import AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import AssistantTurn, ToolCall
@@ -22,6 +23,7 @@ from tbx.users.base import UserSession, UserSimulator
 from tbx.users.scripted import ScriptedUser
 
 MOCK = get_domain("mock")
+LIMITS = episode_limits(Config())  # the defaults every run plays within
 
 
 def mock_task(index=0, **changes):
@@ -40,7 +42,7 @@ class ScriptPolicy(Policy):
 
 
 def play(runtime, backend, policy, user=None, judge=None, attempt=0):
-    return asyncio.run(run_episode(runtime, backend, policy, user or ScriptedUser(), judge, attempt, 0))
+    return asyncio.run(run_episode(runtime, backend, policy, user or ScriptedUser(), judge, attempt, 0, LIMITS))
 
 
 def test_oracle_passes_null_fails(backend):
@@ -111,7 +113,7 @@ def test_two_concurrent_episodes_never_see_each_others_writes(backend):
             return Probe(*(("a", 5) if context.attempt == 0 else ("b", 20)))
 
     async def both():
-        return await asyncio.gather(*(run_episode(runtime, backend, Pair(), ScriptedUser(), None, a, 0)
+        return await asyncio.gather(*(run_episode(runtime, backend, Pair(), ScriptedUser(), None, a, 0, LIMITS)
                                       for a in (0, 1)))
 
     first, second = asyncio.run(both())

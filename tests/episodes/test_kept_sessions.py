@@ -13,6 +13,7 @@ from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks.loader import load_task
 from tbx.tools.mcp_server import ToolSessions
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 
 MOCK = get_domain("mock")
 SAME = ("outcome", "final_delta", "transcript", "counts", "grade")
@@ -32,7 +33,7 @@ def test_kept_sessions_give_each_episode_its_own_database_and_the_same_episodes(
         results = []
         for policy in (OraclePolicy(), NullPolicy(), OraclePolicy()):
             for runtime in runtimes:
-                results.append(await run_episode(runtime, backend, policy, user, None, 0, 0, sessions=sessions))
+                results.append(await run_episode(runtime, backend, policy, user, None, 0, 0, LIMITS, sessions=sessions))
         return results
 
     async def kept():  # noqa: ANN202
@@ -55,10 +56,10 @@ def test_a_session_whose_tools_failed_is_closed_not_reused(backend):
     async def play():  # noqa: ANN202
         sessions = ToolSessions()
         try:
-            failed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, faults=faults,
+            failed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS, faults=faults,
                                        sessions=sessions)
             left_open = len(sessions._open)
-            passed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0,
+            passed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS,
                                        sessions=sessions)
             return failed, left_open, passed
         finally:

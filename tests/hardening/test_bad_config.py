@@ -59,6 +59,8 @@ CONF = ROOT / "conf"
     (["stage=train", "grpo.trainer=deepspeed"], "command line 'grpo.trainer=deepspeed'", "grpo.trainer",
      "native, verl"),
     (["pool=lora", "pool.finetune=qlora"], "command line 'pool.finetune=qlora'", "pool.finetune", "full, lora"),
+    (["stage=train", "grpo.loss_agg_mode=seq-mean"], "command line 'grpo.loss_agg_mode=seq-mean'",
+     "grpo.loss_agg_mode", "use one of token-mean, seq-mean-token-mean, seq-mean-token-sum, token-sum"),
     (["stage=probe", "probe.rule=vibes"], "command line 'probe.rule=vibes'", "probe.rule", "predictive, band_mass"),
     (["stage=serve", "serve.agent_name=a", "serve.transport=sse"], "command line 'serve.transport=sse'",
      "serve.transport", "http, stdio"),
@@ -113,6 +115,8 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=probe", "probe.threshold=1.5"], "conf/config.yaml", "probe.threshold", "[0, 1]"),
     (["stage=train", "grpo.group_size=1"], "conf/grpo", "grpo.group_size", "grpo.group_size >= 2"),
     (["stage=train", "grpo.lr=0"], "conf/grpo", "grpo.lr", "positive learning rate"),
+    (["stage=train", "grpo.kl_coef=0.01"], "conf/grpo", "grpo.kl_coef", "grpo.kl_coef=0, or train with grpo.trainer=verl"),
+    (["stage=pipeline", "grpo.kl_coef=0.01"], "conf/grpo", "grpo.kl_coef", "grpo.kl_coef=0"),
     (["stage=eval", "eval.attempts=0"], "conf/config.yaml", "eval.attempts", "eval.attempts >= 1"),
     (["stage=eval", "eval.max_turns=0"], "conf/config.yaml", "eval.max_turns", "eval.max_turns >= 1"),
     (["stage=validate", "eval.workers=0"], "conf/config.yaml", "eval.workers", "eval.workers >= 1"),
@@ -124,6 +128,7 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=eval", *ENDPOINT, "model.endpoint.api_key_env=null", "eval.turn_timeout_s=200"], "conf/config.yaml",
      "eval.turn_timeout_s", "give eval.turn_timeout_s > 240"),
     (["stage=eval", "eval.turn_timeout_s=0"], "conf/config.yaml", "eval.turn_timeout_s", "seconds > 0"),
+    (["stage=train", "eval.episode_timeout_s=0"], "conf/config.yaml", "eval.episode_timeout_s", "seconds > 0"),
     (["stage=eval", "user=llm"], "conf/user/llm.yaml", "user.endpoint.base_url", "user.endpoint.base_url="),
     (["stage=validate", "judge=llm"], "conf/judge/llm.yaml", "judge.endpoint.base_url", "judge.endpoint.base_url="),
     (["stage=eval", "tasks=files"], "conf/tasks/files.yaml", "tasks.path", "tasks.path=FILE_OR_DIR"),
@@ -174,6 +179,7 @@ def test_the_key_variable_is_named_never_its_value(monkeypatch):
     ["stage=select", "user=llm", "judge=llm", "model=openai_endpoint"],  # select plays no episode
     ["stage=eval", "pool.keep_ranges=[[0.1,0.9]]", "grpo.group_size=1"],  # eval selects no pool, trains nothing
     ["stage=report", "tasks=files"],  # report reads runs, not tasks
+    ["stage=train", "grpo.trainer=verl", "grpo.kl_coef=0.01"],  # verl's KL loss has its reference model
 ])
 def test_settings_a_stage_does_not_use_do_not_stop_it(overrides):
     check_config(compose_cfg(*overrides))

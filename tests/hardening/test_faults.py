@@ -13,6 +13,7 @@ import json
 import random
 import time
 from collections import Counter, defaultdict
+from dataclasses import replace
 
 import pytest
 
@@ -28,11 +29,13 @@ from tbx.store.results import ERROR_VALUES, read_records
 from tbx.tasks import load_task
 from tbx.users.base import UserSession, UserSimulator
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 from tests.stages.coin import true_rate
 from tests.stages.test_eval_regrade import make_cfg, run
 
 MOCK = get_domain("mock")
 TIMEOUT = 0.2
+CUT = replace(LIMITS, call_timeout_s=TIMEOUT)  # hung calls cut at TIMEOUT
 COIN = ["policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin"]
 CHAOS = ["faults=chaos", f"faults.hang_s={TIMEOUT}"]  # real calls keep eval.call_timeout_s
 
@@ -99,7 +102,7 @@ def test_each_site_fails_or_hangs_into_its_error_outcome(site, kind, wanted, bac
     seed = seed_where(cfg, site, wanted)
     start = time.perf_counter()
     result = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), EvidenceJudge(), 0, seed,
-                                     call_timeout_s=TIMEOUT, faults=cfg))
+                                     CUT, faults=cfg))
     took = time.perf_counter() - start
     assert result.outcome.value == SITE_OUTCOMES[site] and result.reward is None, result.cause
     assert result.extra["faults"] == [{"site": site, "kind": kind, "call": len(wanted) - 1}]
@@ -107,7 +110,7 @@ def test_each_site_fails_or_hangs_into_its_error_outcome(site, kind, wanted, bac
     assert took < TIMEOUT + 2.0  # a hang costs the limit, not more (PostgreSQL clones take ~10 ms)
     assert not leftover_databases(backend)  # the episode database was dropped (or never made)
     clean = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), EvidenceJudge(), 0, seed,
-                                    call_timeout_s=TIMEOUT))
+                                    CUT))
     assert clean.outcome is Outcome.SUCCESS and "faults" not in clean.extra
 
 
@@ -137,9 +140,9 @@ def test_real_hangs_are_bounded_by_the_call_timeout(tmp_path):
     runtime = prepare_task(load_task(judged_mock_tasks()[0], "judged", MOCK.policy), backend)
     start = time.perf_counter()
     user = asyncio.run(run_episode(runtime, backend, OraclePolicy(), HangingUser(), None, 0, 0,
-                                   call_timeout_s=TIMEOUT))
+                                   CUT))
     judge = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), HangingJudge(), 0, 0,
-                                    call_timeout_s=TIMEOUT))
+                                    CUT))
     assert time.perf_counter() - start < 2 * TIMEOUT + 2.0
     assert user.outcome is Outcome.USER_SIM_ERROR and "user simulator did not answer" in user.cause
     assert judge.outcome is Outcome.VERIFIER_ERROR and "judge on rule told did not answer" in judge.cause

@@ -22,6 +22,7 @@ from tbx.episodes import Outcome, run_episode
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 
 MOCK = get_domain("mock")
 ACCOUNTS = MOCK.metadata.tables["accounts"]
@@ -33,7 +34,7 @@ def nickname_task():
 
 
 def play(runtime, backend, policy):  # noqa: ANN001, ANN201
-    return asyncio.run(run_episode(runtime, backend, policy, ScriptedUser(), None, 0, 0))
+    return asyncio.run(run_episode(runtime, backend, policy, ScriptedUser(), None, 0, 0, LIMITS))
 
 
 @pytest.mark.parametrize("commit", [False, True], ids=["uncommitted", "committed"])

@@ -1,6 +1,9 @@
 """The native GRPO update on a tiny random llama: it learns a rewarded choice, prompt (tool and
 user) tokens get no gradient, and a checkpoint resumes to the identical next step."""
 
+import random
+
+import numpy as np
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -101,6 +104,44 @@ def test_resume_from_checkpoint_gives_the_identical_next_step(tmp_path):
     step(resumed, optimizer2, samples_b)
     assert all(torch.equal(a, b) for a, b in zip(straight, resumed.parameters(), strict=True))
     assert torch.equal(straight_rand, torch.rand(3))
+
+
+class TwoGpus:
+    """torch.cuda's generator calls on a machine without a GPU (the hardware seam): two devices' states."""
+
+    def __init__(self):
+        self.states = [torch.tensor([1, 2], dtype=torch.uint8), torch.tensor([3], dtype=torch.uint8)]
+
+    def get_rng_state_all(self):
+        return [state.clone() for state in self.states]
+
+    def set_rng_state_all(self, states):
+        self.states = [state.clone() for state in states]
+
+
+def test_a_checkpoint_restores_every_random_generator(tmp_path, monkeypatch):
+    if not torch.cuda.is_available():
+        gpus = TwoGpus()
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", gpus.get_rng_state_all)
+        monkeypatch.setattr(torch.cuda, "set_rng_state_all", gpus.set_rng_state_all)
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    random.seed(1)
+    np.random.seed(2)
+    torch.manual_seed(3)
+    save_checkpoint(tmp_path, 1, model, optimizer, {})
+    cuda = torch.cuda.get_rng_state_all()
+
+    def draw():  # noqa: ANN202
+        return random.random(), float(np.random.rand()), torch.rand(2).tolist()
+
+    expected = draw()  # what each generator gives next after the checkpoint
+    draw()
+    torch.cuda.set_rng_state_all([torch.zeros_like(state) for state in cuda])  # every generator moved on
+    load_checkpoint(latest_checkpoint(tmp_path), model, optimizer)
+    assert all(torch.equal(a, b) for a, b in zip(torch.cuda.get_rng_state_all(), cuda, strict=True))
+    assert draw() == expected
 
 
 def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one(tmp_path):

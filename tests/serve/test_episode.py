@@ -23,6 +23,7 @@ from tbx.serve.server import domain_tools, episode_server
 from tbx.tasks import load_task
 from tbx.tools.mcp_server import InfraLog, build_server
 from tbx.users.scripted import ScriptedUser
+from tests.episodes.test_episodes import LIMITS
 from tests.serve.agents import play_reference, text
 
 MOCK = get_domain("mock")
@@ -47,7 +48,7 @@ async def serve_one(runtime, backend, client_script):
 
     def open_episode(task_id, attempt, record):
         def play(agent):
-            return run_episode(runtime, backend, agent, ScriptedUser(), None, attempt, 0)
+            return run_episode(runtime, backend, agent, ScriptedUser(), None, attempt, 0, LIMITS)
 
         return ServedEpisode(task_id, attempt, play, record)
 
@@ -68,7 +69,7 @@ async def serve_one(runtime, backend, client_script):
 def test_the_reference_through_mcp_is_the_in_process_oracle_turn_for_turn(backend, index):
     runtime = mock_runtime(backend, index)
     last, stored, _ = asyncio.run(serve_one(runtime, backend, lambda c: play_reference(c, runtime.task)))
-    oracle = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0))
+    oracle = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS))
     (served,) = stored
     assert served.outcome is Outcome.SUCCESS and oracle.outcome is Outcome.SUCCESS
     assert served.transcript == oracle.transcript  # same messages, call ids and tool answers

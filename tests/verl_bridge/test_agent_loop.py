@@ -27,12 +27,13 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from tbx.config import BackendConfig, Config, ModelConfig, TasksConfig  # noqa: E402
+from tbx.config import GrpoConfig as GrpoSettings  # noqa: E402
 from tbx.domains import get_domain  # noqa: E402
 from tbx.errors import UserSimError  # noqa: E402
 from tbx.records import PoolManifest, PoolTask  # noqa: E402
 from tbx.store.training import STEP_STRIDE  # noqa: E402
 from tbx.tasks import load_task  # noqa: E402
-from tbx.verl_bridge import VERL_VERSION, GrpoSettings, HardwareSettings, plan_training, verl_overrides  # noqa: E402
+from tbx.verl_bridge import VERL_VERSION, HardwareSettings, plan_training, verl_overrides  # noqa: E402
 from tbx.verl_bridge.agent_loop import TbxEpisodeLoop  # noqa: E402
 from tbx.verl_bridge.data import write_bridge_files  # noqa: E402
 from tbx.verl_bridge.episode import EpisodeErrored, world_for  # noqa: E402

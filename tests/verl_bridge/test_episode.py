@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 
 import pytest
 
-from tbx.config import BackendConfig, Config, ModelConfig, TasksConfig
+from tbx.config import BackendConfig, Config, EvalConfig, ModelConfig, TasksConfig
 from tbx.episodes import Outcome
 from tbx.errors import ConfigError, UserSimError
-from tbx.messages import Message
+from tbx.llm.parsing import render_assistant_text
+from tbx.messages import Message, ToolCall
 from tbx.policies.prompting import build_chat, demonstrations_for, render_prompt
 from tbx.users.scripted import ScriptedUser
 from tbx.verl_bridge.episode import (
@@ -25,6 +27,7 @@ from tbx.verl_bridge.episode import (
     run_training_episode,
 )
 from tbx.verl_bridge.token_agent import SENTINEL, PromptRenderer, TokenAgent, TokenLimits, _mark_turns
+from tests.episodes.test_bounded_waits import blocking, released, with_tool
 from tests.verl_bridge.fakes import END_OF_TURN, SHIFTING, ScriptedServer, oracle_texts, tiny_tokenizer
 
 TASK = "mock/transfer/5"
@@ -296,3 +299,33 @@ def test_real_tokenizer_stream_equals_tokenizing_the_eval_prompt(world, task_id)
     text = render_prompt(tokenizer, build_chat(transcript[:last_assistant + 1], tools, demonstrations_for(tools)))
     stream = episode.trace.prompt_ids + episode.trace.response_ids
     assert tokenizer(text, add_special_tokens=False)["input_ids"][:len(stream)] == stream
+
+
+def test_a_tool_that_never_returns_ends_a_training_episode_as_an_error(tmp_path):
+    # the episode plays within the run's EpisodeLimits: the tool call is cut at eval.call_timeout_s, and
+    # every try ends as an infra_error (never a reward) in bounded time
+    cfg = Config(tasks=TasksConfig(name="mock", domains=["mock"]), eval=EvalConfig(call_timeout_s=0.5),
+                 backend=BackendConfig(kind="sqlite", workdir=str(tmp_path / "db")),
+                 model=ModelConfig(name="tiny", few_shot=True))
+    world, caught = EpisodeWorld.from_config(cfg), []
+    released.clear()
+    try:
+        world._runtimes[TASK] = with_tool(world.runtime(TASK), blocking.__tbx_tool__)
+        call = render_assistant_text("", [ToolCall("blocking", {})])
+        server = ScriptedServer(tiny_tokenizer(), {world.tasks[TASK].user.opening_message: [call]})
+
+        def episode() -> None:
+            try:
+                play(world, server, retries=1)
+            except EpisodeErrored as exc:
+                caught.append(exc)
+
+        worker = threading.Thread(target=episode, daemon=True)
+        worker.start()
+        worker.join(30)  # two tries whose calls are cut at 0.5 s end in about a second
+        assert not worker.is_alive(), "the training episode never ended: it waited on the tool for ever"
+        assert caught and [r.outcome for r in caught[0].tries] == [Outcome.INFRA_ERROR] * 2, caught
+        assert all("did not answer within 0.5 s" in r.cause for r in caught[0].tries)
+    finally:
+        released.set()
+        world.backend.close()

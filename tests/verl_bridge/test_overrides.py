@@ -16,9 +16,10 @@ import pytest
 import yaml
 
 from tbx.config import Config, LoggerConfig, ModelConfig
+from tbx.config import GrpoConfig as GrpoSettings
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest, PoolTask
-from tbx.verl_bridge import VERL_VERSION, GrpoSettings, HardwareSettings, plan_training, verl_overrides
+from tbx.verl_bridge import VERL_VERSION, HardwareSettings, plan_training, verl_overrides
 from tbx.verl_bridge.data import pool_rows, write_bridge_files
 from tbx.verl_bridge.episode import load_config
 

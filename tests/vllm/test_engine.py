@@ -19,6 +19,7 @@ from tbx.config import EndpointConfig, ModelConfig, ServerConfig
 from tbx.llm.parsing import parse_assistant_text
 from tbx.messages import Message
 from tbx.policies.vllm import VLLMPolicy, folder_version, serve
+from tests.episodes.test_episodes import LIMITS
 from tests.policies.test_prompting import POLICY, REQUESTS, TOOLS
 from tests.vllm.servers import vllm_server
 
@@ -150,7 +151,7 @@ def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_l
         backend = make_backend("sqlite", None, str(tmp_path / "db"))
         try:
             runtime = prepare_task(task, backend)
-            result = asyncio.run(run_episode(runtime, backend, policy, KillingUser(), None, 0, 0))
+            result = asyncio.run(run_episode(runtime, backend, policy, KillingUser(), None, 0, 0, LIMITS))
         finally:
             backend.close()
         assert result.counts["turns"] >= 1  # the first turn was played before the engine died

@@ -1,0 +1,90 @@
+"""The native trainer plays its episodes within the run's `EpisodeLimits`, as evaluation does: a tool
+whose body never returns ends the training episode as an infra_error once `eval.call_timeout_s` has
+passed, and the step goes on (the group is dropped, nothing trains on it).
+
+The trainer's loop (`tbx.stages.train._train`) runs for real over the mock task, the results store and
+the group sampler; the trained policy is the seam faked (the served model is the GPU part): a script
+that calls the blocking tool, with a one-parameter module for the checkpoint. The loop runs in a thread
+the test waits for with a deadline, so a hang fails the test instead of freezing it."""
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from tbx.catalog import prepare_task
+from tbx.messages import AssistantTurn, ToolCall
+from tbx.records import TrainState
+from tbx.rl.sampler import GroupSampler
+from tbx.sinks import NullSink
+from tbx.stages.train import _train, _Trainer
+from tbx.store import open_store
+from tbx.store.results import read_records
+from tests.episodes.test_bounded_waits import blocking, released, with_tool
+from tests.episodes.test_episodes import ScriptPolicy, mock_task
+from tests.stages.test_eval_regrade import make_cfg
+
+LIMIT_S = 0.5
+
+
+class BlockedTrainee(ScriptPolicy):
+    """What `_train` asks of the trained policy when no episode reaches a verdict: every agent calls the
+    blocking tool; traces are empty (an error episode is never trained on)."""
+
+    name = "trainee"
+
+    def __init__(self):
+        super().__init__([AssistantTurn(tool_calls=(ToolCall("blocking", {}, "call_0"),))])
+        self.model = torch.nn.Linear(1, 1)
+        self.taken: list[int] = []
+
+    def take_trace(self, seed: int) -> list:
+        self.taken.append(seed)
+        return []
+
+    def forget_agents(self) -> None:
+        pass
+
+
+@pytest.fixture
+def unblock():
+    released.clear()
+    yield
+    released.set()  # the hung tool bodies return, and their threads end
+
+
+def test_a_tool_that_never_returns_ends_a_native_training_episode_as_an_error(tmp_path, backend, unblock):
+    cfg = make_cfg(tmp_path, "stage=train", "tasks=mock", f"eval.call_timeout_s={LIMIT_S}", "grpo.group_size=2",
+                   "grpo.groups_per_step=1", "grpo.steps=1", "grpo.max_error_reruns=0", "grpo.max_replacements=0")
+    runtime = with_tool(prepare_task(mock_task(), backend), blocking.__tbx_tool__)
+    run_dir = tmp_path / "run"
+    store = open_store(None, run_dir, "train-limits", "train")
+    policy = BlockedTrainee()
+    run = _Trainer(policy=policy, optimizer=torch.optim.AdamW(policy.model.parameters()),
+                   sampler=GroupSampler([runtime.task.id], 2, 1, np.random.default_rng(0), 0, 0), store=store,
+                   checkpoints=run_dir / "checkpoints", state=TrainState(), sink=NullSink(), backend=backend,
+                   runtimes={runtime.task.id: runtime})
+    failed = []
+
+    def train() -> None:
+        try:
+            asyncio.run(_train(cfg, run))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            failed.append(exc)
+
+    worker = threading.Thread(target=train, daemon=True)
+    worker.start()
+    worker.join(30)  # a step whose two calls are cut at 0.5 s ends in about a second
+    try:
+        assert not worker.is_alive(), "the training step never ended: its episodes waited on the tool for ever"
+        assert not failed, failed
+        # the first error makes the group unfillable (no re-runs): the sampler may cancel its sibling unstored
+        records = read_records(run_dir)
+        assert records and all(r["outcome"] == "infra_error" for r in records), records
+        assert all(f"did not answer within {LIMIT_S:g} s" in r["cause"] for r in records), records
+        assert run.state.step == 1 and run.state.history[0]["train/groups"] == 0  # dropped, never trained
+        assert {r["seed"] for r in records} <= set(policy.taken)  # their traces dropped, never trained on
+    finally:
+        store.close()
