@@ -7,10 +7,12 @@ included), their log-probs and the version of the weights that sampled them. The
 here and read by the shared parser, so evaluation and training read tool calls the same way, and
 the trainer learns from exactly the tokens that were sampled (`VLLMAgent.trace`).
 
-The server is the process's shared one (`tbx.vllm_server.shared_server`), or the running vLLM at
-`model.endpoint.base_url`. Before the first turn the policy makes sure the server answers with the
-configured weights: a server started for other weights of the same architecture (the base model
-after the trained one, in a pipeline) loads them in place. Hosted providers keep chat-completions
+The server is the process's shared one (`tbx.vllm_server.shared_server`: a kept server of the same
+flags when `stage=serve_model` left one, tbx/vllm_kept.py, else one this process starts), or the
+running vLLM at `model.endpoint.base_url`. Before the first turn the policy makes sure the server
+answers with the configured weights, by their label (`<model>@<fingerprint>`): a server that answers
+with other weights of the same architecture (the base model after the trained one in a pipeline, a
+kept server a training run left at `<run>:step_N`) loads them in place. Hosted providers keep chat-completions
 with tools (`model.kind: openai`, tbx.policies.openai_compat).
 
 An endpoint failure, a dead server included, raises `InfraError`; the episode becomes `infra_error`.
@@ -200,7 +202,8 @@ def serve(model: ModelConfig, *, lora_rank: int = 0, seed: int = 0, directory: P
     if attach:
         server = VLLMServer.attach(model.endpoint.base_url, spec)
     else:
-        server = shared_server(spec, ready_timeout_s=model.server.ready_timeout_s)
+        kept_dir = resolve_config_path(model.server.kept_dir) if model.server.attach_kept else None
+        server = shared_server(spec, ready_timeout_s=model.server.ready_timeout_s, kept_dir=kept_dir)
     server.resume()  # a process killed in the middle of a weight swap may have left it paused
     current = server.weight_version()
     if current == "default" and server.process is not None and server.weights == str(served):

@@ -3,6 +3,7 @@
 STAGES = {
     "eval": "tbx.stages.eval:run_eval",
     "serve": "tbx.stages.serve:run_serve",
+    "serve_model": "tbx.stages.serve_model:run_serve_model",
     "regrade": "tbx.stages.regrade:run_regrade",
     "validate": "tbx.stages.validate:run_validate",
     "probe": "tbx.stages.probe:run_probe",
