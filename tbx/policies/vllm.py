@@ -21,6 +21,7 @@ An endpoint failure, a dead server included, raises `InfraError`; the episode be
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,5 +210,7 @@ def serve(model: ModelConfig, *, lora_rank: int = 0, seed: int = 0, directory: P
     if current == "default" and server.process is not None and server.weights == str(served):
         server.label_weights(version)  # just started with these weights
     elif current != version:
-        server.load_weights(served, version)
+        seconds = server.load_weights(served, version)
+        print(f"vLLM at {server.base_url} answered with weights {current}: loaded {version} in place ({seconds:.1f} s)",
+              file=sys.stderr, flush=True)
     return Served(model, tokenizer if tokenizer is not None else load_tokenizer(directory), server, version)
