@@ -96,11 +96,12 @@ def read_record(path: Path) -> KeptRecord | None:
 
 
 def records(kept_dir: Path) -> list[tuple[Path, KeptRecord]]:
-    """Every live kept server recorded in `kept_dir` (dead ones are removed on the way)."""
+    """Every live kept server of this host recorded in `kept_dir` (dead ones are removed on the way; those of
+    other hosts sharing the folder, a home directory on a cluster's file system, are left alone)."""
     found = []
     for path in sorted(kept_dir.glob("*.json")) if kept_dir.is_dir() else []:
         record = read_record(path)
-        if record is not None:
+        if record is not None and record.owner_record().on_this_host():
             found.append((path, record))
     return found
 
@@ -136,7 +137,7 @@ def take(kept_dir: Path, spec: ServeSpec) -> Lease | None:
     command holds it, or when it does not answer (each said in one line)."""
     path = record_path(kept_dir, spec)
     record = read_record(path)
-    if record is None:
+    if record is None or not record.owner_record().on_this_host():  # its 127.0.0.1 is another machine's
         for _, other in records(kept_dir):
             print(f"note: the kept vLLM at {other.url} was started with other flags ({'; '.join(differences(other, spec))}): "
                   "this command starts its own", file=sys.stderr)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
+from tbx.owner import host_tag
 from tbx.policies.vllm import folder_version, serve
 from tbx.vllm_kept import KeptRecord, keep, read_record, record_path, records, stop, take
 from tbx.vllm_server import VLLMServer, stop_shared
@@ -122,3 +123,19 @@ def test_a_busy_or_dead_kept_server_or_other_flags_are_not_used(setup, capsys):
         time.sleep(0.05)
     assert take(setup["kept"], spec) is None and not path.exists()
     assert "no longer runs" in capsys.readouterr().err
+
+
+def test_a_record_of_another_host_is_neither_used_nor_removed(setup):
+    """A kept_dir on a file system several machines share: 127.0.0.1 in another machine's record is not this one."""
+    import dataclasses
+
+    model = model_of(setup)
+    record = start_kept(setup, model)
+    spec = spec_for(model, setup["model_dir"])
+    path = record_path(setup["kept"], spec)
+    elsewhere = dataclasses.replace(record, owner=record.owner.replace(host_tag(), "000000" if host_tag() != "000000"
+                                                                       else "111111", 1))
+    path.write_text(json.dumps(dataclasses.asdict(elsewhere)))
+    assert take(setup["kept"], spec) is None and path.exists()
+    assert records(setup["kept"]) == []  # nor stopped by serve_model.stop=true here
+    path.write_text(json.dumps(dataclasses.asdict(record)))  # the fixture stops it
