@@ -105,7 +105,7 @@ def plain(value: Any) -> Any:
 
 @dataclass
 class StageConfig:
-    name: str = "eval"  # a stage of tbx/stages/registry.py: eval, serve, regrade, validate, probe, select, ...
+    name: str = "eval"  # a stage of tbx/stages/registry.py: eval, serve, serve_model, regrade, validate, probe, ...
 
 
 @dataclass
@@ -162,6 +162,12 @@ class ServerConfig:
     # more `vllm serve` flags, e.g. [--quantization, fp8]: they count toward a run's identity (they can
     # change what the model computes); the other fields of this group only change summation order
     extra_args: list[str] = field(default_factory=list)
+    # use a kept server (stage=serve_model, tbx/vllm_kept.py) started with the same flags, when one runs,
+    # instead of starting one for this command; false: always start one of its own
+    attach_kept: bool = field(default=True, metadata=NOT_IDENTITY)
+    # where stage=serve_model leaves each kept server's record (URL, pid, flags, weights) and log
+    kept_dir: str = field(default="${oc.env:TBX_CACHE,${oc.env:HOME,/tmp}/.cache/tbx}/servers",
+                          metadata=NOT_IDENTITY_PATH)
 
 
 @dataclass
@@ -408,6 +414,15 @@ class ServeConfig:
 
 
 @dataclass
+class ServeModelConfig:
+    """stage=serve_model: start the `model` group's vLLM once and keep it (tbx/vllm_kept.py, docs/models.md);
+    later commands whose server would be started with the same flags attach to it."""
+
+    port: int = 0  # 0: any free port (the URL is printed and recorded)
+    stop: bool = False  # stop the kept servers instead (every one recorded in model.server.kept_dir)
+
+
+@dataclass
 class ViewConfig:
     """stage=view: the run and episode viewer over `runs` (tbx/view/, docs/evaluation.md)."""
 
@@ -466,6 +481,7 @@ class Config:
     faults: FaultsConfig = field(default_factory=FaultsConfig, metadata=STAGE_GROUP)
     regrade: RegradeConfig = field(default_factory=RegradeConfig, metadata=STAGE_GROUP)
     serve: ServeConfig = field(default_factory=ServeConfig, metadata=STAGE_GROUP)
+    serve_model: ServeModelConfig = field(default_factory=ServeModelConfig, metadata=NOT_IDENTITY)
     view: ViewConfig = field(default_factory=ViewConfig, metadata=NOT_IDENTITY)
     store: StoreConfig = field(default_factory=StoreConfig, metadata=NOT_IDENTITY)
     difficulty: DifficultyConfig = field(default_factory=DifficultyConfig, metadata=STAGE_GROUP)

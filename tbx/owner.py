@@ -63,6 +63,11 @@ def _running(pid: int, started: int) -> bool:
     return _start_time(pid) == started
 
 
+def process_owner(pid: int) -> Owner:
+    """The process `pid` of this host as an owner (start time 0 when it does not run)."""
+    return Owner(host_tag(), pid, _start_time(pid) or 0)
+
+
 _cache: dict[int, Owner] = {}
 
 
@@ -70,5 +75,5 @@ def this_process() -> Owner:
     """This process as an owner (recomputed in a forked child, whose pid differs)."""
     pid = os.getpid()
     if pid not in _cache:
-        _cache[pid] = Owner(host_tag(), pid, _start_time(pid) or 0)
+        _cache[pid] = process_owner(pid)
     return _cache[pid]

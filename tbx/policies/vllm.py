@@ -7,10 +7,12 @@ included), their log-probs and the version of the weights that sampled them. The
 here and read by the shared parser, so evaluation and training read tool calls the same way, and
 the trainer learns from exactly the tokens that were sampled (`VLLMAgent.trace`).
 
-The server is the process's shared one (`tbx.vllm_server.shared_server`), or the running vLLM at
-`model.endpoint.base_url`. Before the first turn the policy makes sure the server answers with the
-configured weights: a server started for other weights of the same architecture (the base model
-after the trained one, in a pipeline) loads them in place. Hosted providers keep chat-completions
+The server is the process's shared one (`tbx.vllm_server.shared_server`: a kept server of the same
+flags when `stage=serve_model` left one, tbx/vllm_kept.py, else one this process starts), or the
+running vLLM at `model.endpoint.base_url`. Before the first turn the policy makes sure the server
+answers with the configured weights, by their label (`<model>@<fingerprint>`): a server that answers
+with other weights of the same architecture (the base model after the trained one in a pipeline, a
+kept server a training run left at `<run>:step_N`) loads them in place. Hosted providers keep chat-completions
 with tools (`model.kind: openai`, tbx.policies.openai_compat).
 
 An endpoint failure, a dead server included, raises `InfraError`; the episode becomes `infra_error`.
@@ -19,6 +21,7 @@ An endpoint failure, a dead server included, raises `InfraError`; the episode be
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,11 +204,14 @@ def serve(model: ModelConfig, *, lora_rank: int = 0, seed: int = 0, directory: P
     if attach:
         server = VLLMServer.attach(model.endpoint.base_url, spec)
     else:
-        server = shared_server(spec, ready_timeout_s=model.server.ready_timeout_s)
+        kept_dir = resolve_config_path(model.server.kept_dir) if model.server.attach_kept else None
+        server = shared_server(spec, ready_timeout_s=model.server.ready_timeout_s, kept_dir=kept_dir)
     server.resume()  # a process killed in the middle of a weight swap may have left it paused
     current = server.weight_version()
     if current == "default" and server.process is not None and server.weights == str(served):
         server.label_weights(version)  # just started with these weights
     elif current != version:
-        server.load_weights(served, version)
+        seconds = server.load_weights(served, version)
+        print(f"vLLM at {server.base_url} answered with weights {current}: loaded {version} in place ({seconds:.1f} s)",
+              file=sys.stderr, flush=True)
     return Served(model, tokenizer if tokenizer is not None else load_tokenizer(directory), server, version)

@@ -64,6 +64,8 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
           uses=("tasks", *PLAYED, "serve"), loads_tasks=True,
           checks=(values.check_served_attempts, *EPISODE_CHECKS, values.check_serve),
           environment_checks=(env.check_serve_token,)),
+    Stage("serve_model", "tbx.stages.serve_model:run_serve_model",
+          "start the model's vLLM once and keep it for later commands", uses=("model", "seed")),
     Stage("regrade", "tbx.stages.regrade:run_regrade", "grade a run's stored episodes again",
           uses=("regrade",)),
     Stage("validate", "tbx.stages.validate:run_validate", "the admission gate for a task set",

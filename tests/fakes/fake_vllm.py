@@ -3,8 +3,11 @@
 The real server (tests/vllm/) cannot be made to hang at start or to leave a worker that ignores
 SIGTERM; tests of those paths of `tbx.vllm_server` run this instead. After a short start-up delay
 (the port is closed meanwhile, as with a loading vLLM) it serves the same HTTP API from
-`tests/fakes/openai_server.py`, answering every chat request with a fixed text. Unknown flags
-are accepted and ignored. Behaviour the tests need is switched by environment variables:
+`tests/fakes/openai_server.py`, answering every chat request with a fixed text, and the routes that
+change and name the weights (`/weight_info`, `/update_weight_version`, `/pause`, `/resume`,
+`/reset_prefix_cache`, `/collective_rpc`, `/version`); each reload prints `fake vllm: reload_weights
+PATH` to its log. Unknown flags are accepted and ignored. Behaviour the tests need is switched by
+environment variables:
 
 - FAKE_VLLM_STARTUP_S: seconds before the port opens (default 0.3);
 - FAKE_VLLM_EXIT_CODE: print an error and exit at once with this code (a failed start);
@@ -16,6 +19,7 @@ are accepted and ignored. Behaviour the tests need is switched by environment va
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -26,6 +30,40 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.fakes.openai_server import FakeOpenAIServer, text_reply  # noqa: E402
+
+WEIGHT_ROUTES = ("/pause", "/resume", "/reset_prefix_cache", "/update_weight_version", "/collective_rpc")
+
+
+class FakeVLLM(FakeOpenAIServer):
+    """The chat server plus the weight routes of a vLLM started with VLLM_SERVER_DEV_MODE=1."""
+
+    weight_version = "default"
+
+    def _handler_class(self) -> type:
+        server, chat = self, super()._handler_class()
+
+        class Handler(chat):
+            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+                if self.path == "/weight_info":
+                    self._send(200, json.dumps({"weight_version": server.weight_version}).encode())
+                elif self.path == "/version":
+                    self._send(200, b'{"version": "fake"}')
+                else:
+                    super().do_GET()
+
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                path = self.path.partition("?")[0]
+                if path not in WEIGHT_ROUTES:
+                    super().do_POST()
+                    return
+                body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+                if path == "/update_weight_version":
+                    server.weight_version = body["new_version"]
+                elif path == "/collective_rpc":
+                    print(f"fake vllm: reload_weights {body['kwargs']['weights_path']}", flush=True)
+                self._send(200, b'{"success": true}')
+
+        return Handler
 
 
 def main(argv: list[str]) -> int:
@@ -50,7 +88,7 @@ def main(argv: list[str]) -> int:
         Path(pidfile).write_text(str(child.pid))
 
     time.sleep(float(os.environ.get("FAKE_VLLM_STARTUP_S", "0.3")))
-    server = FakeOpenAIServer(models=[args.served_model_name or args.model],
+    server = FakeVLLM(models=[args.served_model_name or args.model],
                               default=text_reply("hello from fake vllm"), host=args.host, port=args.port)
     print("fake vllm: ready", flush=True)
     server.serve_forever()
