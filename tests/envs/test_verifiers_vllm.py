@@ -1,7 +1,9 @@
 """verifiers' own evaluation command against the embedded model served by tbx's vLLM (examples/verifiers_vllm.py):
-vLLM's CPU build from .venv-vllm serves SmolLM2-135M, `vf-eval tbx-tasks` plays two travel tasks against its
-OpenAI-compatible endpoint, and every reward verifiers recorded is the verdict tbx stored for that episode."""
+vLLM's CPU build from .venv-vllm serves SmolLM2-135M, `vf-eval tbx-tasks` plays tbx's travel sample (one task
+of each of its 9 families, at most 3 turns) against its OpenAI-compatible endpoint, and every reward verifiers
+recorded is the verdict tbx stored for that episode."""
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -19,14 +21,14 @@ pytestmark = [pytest.mark.envs, pytest.mark.vllm, pytest.mark.slow,
 
 
 def test_vf_eval_scores_the_served_embedded_model_with_tbx_verdicts(tmp_path):
-    from examples.verifiers_vllm import evaluate
+    from examples.verifiers_vllm import DEFAULT, evaluate
 
-    words = ["tasks=travel", "tasks.per_family=1", "tasks.limit=2", "eval.max_turns=2", "model.context_length=8192"]
-    summary = evaluate(words, ["-c", "2"], tmp_path)
+    summary = evaluate(DEFAULT, [], tmp_path)
+    print(json.dumps(summary))  # the figures docs/environments.md quotes
     assert summary["returncode"] == 0
     assert summary["engine"]["name"] == "vllm" and summary["model"] == "smollm2_135m"
     episodes = summary["episodes"]
-    assert len(episodes) == 2 and summary["stored"] == 2
+    assert len(episodes) == 9 and summary["stored"] == 9
     assert all(e["output_tokens"] for e in episodes)  # the served model answered every episode
     for episode in episodes:  # verifiers' reward is tbx's stored verdict; a harness error would fail the episode
         assert episode["ok"] and episode["reward"] in (0.0, 1.0)
