@@ -1,6 +1,6 @@
 """TRL's GRPOTrainer trains the embedded SmolLM2-135M on tbx tasks through `tbx.envs.trl` (docs/environments.md).
 
-    .venv-envs/bin/python examples/trl_grpo.py [STEPS] [tbx overrides ...]
+    .venv-envs/bin/python examples/trl_grpo.py [STEPS] [tbx overrides ...] [--rollouts 4] [--completion-tokens 48]
     .venv-envs/bin/python examples/trl_grpo.py 2 tasks=train_sample out_root=/tmp/tbx-trl
 
 TRL's own generation (transformers, CPU, no vLLM); the reward is tbx's verdict (`tbx_trl.reward`),
@@ -12,9 +12,9 @@ on a prompt of a task's policy and tools is many times slower. Prints one JSON l
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import sys
 import time
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -31,7 +31,8 @@ def tokenizer_with_tools(directory: str):  # noqa: ANN201 - a transformers token
     return add_response_schema(tokenizer)
 
 
-def train(steps: int, overrides: list[str]) -> dict:
+def train(steps: int, overrides: list[str], rollouts: int = 4, completion_tokens: int = 48) -> dict:
+    """`steps` GRPO steps, each one task of `overrides` rolled out `rollouts` times (a group)."""
     from trl import GRPOConfig, GRPOTrainer
 
     from tbx.envs import trl as tbx_trl
@@ -42,8 +43,9 @@ def train(steps: int, overrides: list[str]) -> dict:
     try:
         directory, _ = model_directory(tasks.cfg.model)  # the packaged GGUF, converted once into the cache
         model, _ = load_directory(directory, "float32")
-        args = GRPOConfig(output_dir=str(tasks.run_dir / "trl"), max_steps=steps, per_device_train_batch_size=4,
-                          num_generations=4, max_completion_length=48, max_tool_calling_iterations=2,
+        args = GRPOConfig(output_dir=str(tasks.run_dir / "trl"), max_steps=steps,
+                          per_device_train_batch_size=rollouts, num_generations=rollouts,
+                          max_completion_length=completion_tokens, max_tool_calling_iterations=2,
                           learning_rate=1e-5, logging_steps=1, gradient_checkpointing=False, report_to="none",
                           save_strategy="no", use_cpu=True,
                           bf16=False, temperature=1.0, seed=tasks.cfg.seed, dataloader_num_workers=0)
@@ -58,6 +60,15 @@ def train(steps: int, overrides: list[str]) -> dict:
         tasks.close()
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("steps", type=int, nargs="?", default=2)
+    parser.add_argument("overrides", nargs="*", help="the tbx task set, as on the command line")
+    parser.add_argument("--rollouts", type=int, default=4, help="rollouts of one task per step (the GRPO group)")
+    parser.add_argument("--completion-tokens", type=int, default=48, help="TRL's max_completion_length")
+    args = parser.parse_args()
+    print(json.dumps(train(args.steps, args.overrides or ["tasks=train_sample"], args.rollouts, args.completion_tokens)))
+
+
 if __name__ == "__main__":
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 2
-    print(json.dumps(train(count, sys.argv[2:] or ["tasks=train_sample"])))
+    main()

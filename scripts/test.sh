@@ -22,8 +22,9 @@ if [ "$VERL_TESTS" = 1 ]; then
   .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider "$@" || status=$?
 fi
 # The adapters of tbx.envs against TRL, verifiers and OpenEnv, in .venv-envs (tests/envs, marker `envs`; in
-# .venv they skip). Run with the whole suite, but for the slow two (a vf-eval run and 2 TRL GRPO steps, ~18 min here:
-# .venv-envs/bin/python -m pytest -m envs tests/envs). TBX_SKIP_ENVS=1 skips them.
+# .venv they skip). Run with the whole suite, but for the slow ones (vf-eval runs, one against tbx's vLLM; 2 TRL GRPO
+# steps on mock and on the training sample: .venv-envs/bin/python -m pytest -m envs tests/envs; times in
+# docs/environments.md). TBX_SKIP_ENVS=1 skips them.
 if [ "${TBX_SKIP_ENVS:-0}" != 1 ] && [ $# -eq 0 ]; then
   echo "[test] the envs suite in .venv-envs"
   .venv-envs/bin/python -m pytest -m "envs and not slow" tests/envs -q -p no:cacheprovider || status=$?

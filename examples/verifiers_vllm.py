@@ -1,0 +1,101 @@
+"""verifiers' own evaluation command on tbx tasks, against the embedded model served by tbx's vLLM
+(docs/environments.md).
+
+    .venv-envs/bin/python examples/verifiers_vllm.py [tbx overrides ...] [-- vf-eval flags ...]
+    .venv-envs/bin/python examples/verifiers_vllm.py tasks=travel tasks.per_family=1 eval.max_turns=3 model.context_length=8192
+
+Starts vLLM as tbx does for `model.kind: vllm` (`tbx.policies.vllm.serve`: the packaged GGUF converted once
+into the model cache, the CPU build in `.venv-vllm`, tbx's flags), runs `vf-eval tbx-tasks` against its
+OpenAI-compatible endpoint with the model group's sampling (`model.max_new_tokens`, `model.temperature`),
+and stops it. The tbx overrides name both the served model (`model=...`, `model.context_length=...`) and the
+task set (`--env.taskset.overrides`): one list, as on tbx's command line. verifiers' chat harness runs in its
+subprocess runtime. Prints vf-eval's own report, then one JSON line: the seconds (vLLM start, vf-eval), and
+per episode the reward verifiers recorded beside the verdict tbx stored for the same task and attempt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VF_EVAL = Path(sys.executable).parent / "vf-eval"
+# travel's sample; its system prompt (policy + 14 tool schemas) is ~3,700 tokens: 3 turns fit in 8,192
+DEFAULT = ["tasks=travel", "tasks.per_family=1", "eval.max_turns=3", "model.context_length=8192"]
+
+
+def vf_command(base_url: str, served_name: str, overrides: list[str], max_tokens: int, temperature: float,
+               out: Path) -> list[str]:
+    return [str(VF_EVAL), "tbx-tasks", "-m", served_name, "--client.base-url", base_url,
+            "--client.api-key-var", "TBX_VLLM_API_KEY", "--no-push", "-o", str(out),
+            "--env.player.runtime.type", "subprocess", "--env.taskset.overrides", json.dumps(overrides),
+            "--sampling.max-tokens", str(max_tokens), "--sampling.temperature", f"{temperature:g}"]
+
+
+def episodes_of(vf_dir: Path) -> list[dict]:
+    """Each episode vf-eval saved: its task, tbx attempt, the reward it recorded, whether it failed."""
+    out = []
+    for path in vf_dir.glob("*/traces.jsonl"):
+        for line in path.read_text().splitlines():
+            episode = json.loads(line)
+            trace = (episode.get("traces") or [{}])[0]
+            reward = (trace.get("rewards") or {}).get("tbx_verdict")
+            out.append({"task_id": episode["task"]["data"]["task_id"], "attempt": trace.get("info", {}).get("tbx_attempt"),
+                        "ok": episode["ok"], "reward": reward["score"] if reward else None,
+                        "output_tokens": episode.get("num_output_tokens")})
+    return out
+
+
+def evaluate(overrides: list[str], vf_flags: list[str], out: Path) -> dict:
+    """Serve the model, run vf-eval against it, stop the server; what ran and what each side recorded."""
+    from tbx.envs.episodes import compose
+    from tbx.policies.vllm import serve
+    from tbx.store.results import read_records
+    from tbx.vllm_server import stop_shared
+
+    words = [f"out_root={out}/outputs", f"backend.workdir={out}/db", *overrides]
+    cfg = compose("verifiers", words)
+    started = time.perf_counter()
+    try:
+        server = serve(cfg.model).server
+        ready = time.perf_counter() - started
+        command = [*vf_command(server.base_url, server.spec.served_name, words, cfg.model.max_new_tokens,
+                               cfg.model.temperature, out / "vf"), *vf_flags]
+        env = os.environ | {"TBX_VLLM_API_KEY": "unused",  # vLLM started by tbx takes any key
+                            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                            "PATH": f"{VF_EVAL.parent}{os.pathsep}{os.environ['PATH']}"}
+        evaluated = time.perf_counter()
+        done = subprocess.run(command, env=env, cwd=out)
+        vf_seconds = time.perf_counter() - evaluated
+        engine = server.engine()
+    finally:
+        stop_shared()
+    (run_dir,) = (out / "outputs").glob("serve-*-verifiers-*")
+    stored = {(r["task_id"], r["attempt"]): r for r in read_records(run_dir)}
+    episodes = [e | {"tbx_outcome": stored.get((e["task_id"], e["attempt"]), {}).get("outcome"),
+                     "tbx_reward": stored.get((e["task_id"], e["attempt"]), {}).get("reward")}
+                for e in episodes_of(out / "vf")]
+    return {"returncode": done.returncode, "vllm_ready_s": round(ready, 1), "vf_eval_s": round(vf_seconds, 1),
+            "engine": engine, "model": server.spec.served_name, "context_length": cfg.model.context_length,
+            "max_tokens": cfg.model.max_new_tokens, "episodes": episodes, "stored": len(stored),
+            "run_dir": str(run_dir), "vf_dir": str(out / "vf")}
+
+
+def main(argv: list[str]) -> int:
+    split = argv.index("--") if "--" in argv else len(argv)
+    overrides, vf_flags = argv[:split] or list(DEFAULT), argv[split + 1:]
+    out = Path(tempfile.mkdtemp(prefix="tbx-vf-vllm-"))
+    summary = evaluate(overrides, vf_flags, out)
+    rewards = [e["reward"] for e in summary["episodes"] if e["reward"] is not None]
+    summary["mean_reward"] = round(sum(rewards) / len(rewards), 3) if rewards else None
+    print(json.dumps(summary))
+    return summary["returncode"]
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
