@@ -8,7 +8,7 @@ scripted user) with injected tool and user faults. The run is SIGKILLed (the job
 group) once step 1's checkpoint is written and step 2 has started, and the same command is run
 again; then verl's merger writes the final model and tbx evaluates it.
 
-One run serves every test of the module; it takes about 20 minutes on a quiet 2-core machine
+One run serves every test of the module; it takes 10 to 20 minutes on a 2-core machine
 (docs/training.md) and the test command runs it (TBX_VERL_RUN=0 skips it). Each test reads
 what the run left: the results store, verl's per-step rollout dump (`verl/rollouts/<step>.jsonl`:
 every trajectory verl trained on, with the score it trained on) and verl's log.
@@ -36,7 +36,7 @@ from tbx.verl_bridge.launch import step_metrics  # noqa: E402
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration,
               pytest.mark.skipif(os.environ.get("TBX_VERL_RUN") == "0",
-                                 reason="TBX_VERL_RUN=0: the real verl run (about 20 minutes on 2 cores) is skipped")]
+                                 reason="TBX_VERL_RUN=0: the real verl run (10 to 20 minutes on 2 cores) is skipped")]
 ROOT = Path(__file__).resolve().parents[2]
 # two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
 POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0-00")
