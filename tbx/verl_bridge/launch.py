@@ -144,19 +144,20 @@ def keep_earlier_metrics(folder: Path) -> None:
     """Move an earlier start's metrics file aside (`metrics.<n>.jsonl`): verl's file logger truncates its file."""
     current = folder / METRICS_FILE
     if current.is_file():
-        current.rename(folder / f"metrics.{len(_earlier_metrics(folder)) + 1}.jsonl")
+        current.rename(folder / f"metrics.{max(_earlier_metrics(folder), default=0) + 1}.jsonl")
 
 
-def _earlier_metrics(folder: Path) -> list[Path]:
-    numbered = [path for path in folder.glob("metrics.*.jsonl") if path.stem.split(".")[1].isdigit()]
-    return sorted(numbered, key=lambda path: int(path.stem.split(".")[1]))
+def _earlier_metrics(folder: Path) -> dict[int, Path]:
+    """The kept files of earlier starts by their number, oldest first."""
+    numbered = {path.stem.split(".")[1]: path for path in folder.glob("metrics.*.jsonl")}
+    return {int(n): numbered[n] for n in sorted((n for n in numbered if n.isdigit()), key=int)}
 
 
 def step_metrics(folder: Path) -> dict[int, dict[str, Any]]:
     """verl's metrics per step over every start of the run, oldest start first (a step a resumed run
     replayed has its last start's values). A line cut short by a kill is skipped."""
     metrics: dict[int, dict[str, Any]] = {}
-    for path in [*_earlier_metrics(folder), folder / METRICS_FILE]:
+    for path in [*_earlier_metrics(folder).values(), folder / METRICS_FILE]:
         if not path.is_file():
             continue
         for line in path.read_text(errors="replace").splitlines():
