@@ -264,7 +264,7 @@ def _train_with_verl(cfg: Config, manifest: PoolManifest) -> dict[str, Any]:
     try:
         store.lock_run(str(run_dir))  # one trainer per run, as natively
         save_run_meta(run_dir, cfg)
-        summary = run_verl_training(cfg, manifest, run_dir, run_dir.name, run_id)
+        summary = run_verl_training(cfg, manifest, run_dir, run_dir.name, store)
     finally:
         store.close()
     record_meta(run_dir, "trainer", summary["verl"])

@@ -100,15 +100,18 @@ def check_store_file(path: Path) -> None:
     reads or writes it."""
     if not path.is_file() or path.stat().st_size == 0:
         return
-    with path.open("rb") as handle:
-        if handle.read(16) != b"SQLite format 3\0":
-            raise ConfigError(str(path), "run_dir", "is not a SQLite results store", DAMAGED_FIX)
+    # Only through SQLite, never open()/close() of the file: closing any descriptor of a database file
+    # drops every POSIX lock this process holds on it, so a store already open in this process would no
+    # longer count as open, and the next connection to close would take the WAL file (and the tries other
+    # processes had written to it) away with it (sqlite.org/howtocorrupt.html, 2.2).
     try:
         with closing(sqlite3.connect(path, timeout=5)) as conn:
             problems = [row[0] for row in conn.execute("PRAGMA quick_check(3)")]
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             columns = {row[1] for row in conn.execute("PRAGMA table_info(attempts)")}
     except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "") == "SQLITE_NOTADB":
+            raise ConfigError(str(path), "run_dir", "is not a SQLite results store", DAMAGED_FIX) from None
         raise ConfigError(str(path), "run_dir", f"is a damaged results store ({exc})", DAMAGED_FIX) from None
     if problems != ["ok"]:
         first = " ".join(problems[0].replace("*** in database main ***", "").split())

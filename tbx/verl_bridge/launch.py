@@ -46,6 +46,7 @@ from tbx.durable import publish_folder
 from tbx.errors import ConfigError, InfraError
 from tbx.launch.ray_cluster import die_with_parent
 from tbx.records import PoolManifest
+from tbx.store import ResultStore
 from tbx.store.training import first_attempt_of
 from tbx.verl_bridge.cpu import cpu_environment
 from tbx.verl_bridge.data import write_bridge_files
@@ -105,15 +106,16 @@ def latest_verl_step(checkpoints: Path) -> int:
 
 
 def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str,
-                      run_id: str) -> dict[str, Any]:
-    """Run verl's trainer to the end of the recipe; merge and describe the model it trained."""
+                      store: ResultStore) -> dict[str, Any]:
+    """Run verl's trainer to the end of the recipe; merge and describe the model it trained. `store` is the
+    run's results store, open in this process for the whole run (verl's workers write to it too)."""
     check_verl_installed(cfg)
     hardware = HardwareSettings.from_config(cfg)
     model_dir = training_model(cfg, hardware.cpu)
     played = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(model_dir)),
                                  run_dir=str(run_dir))
-    plan, command = verl_command(played, manifest, run_dir, experiment, run_id)
-    resumed_from = discard_unsaved_steps(cfg, run_dir, run_id, Path(plan.paths.checkpoint_dir))
+    plan, command = verl_command(played, manifest, run_dir, experiment, store.run_id)
+    resumed_from = discard_unsaved_steps(store, Path(plan.paths.checkpoint_dir))
     write_bridge_files(played, manifest, plan)
     folder = run_dir / "verl"
     (folder / "command.sh").write_text("#!/bin/sh\n" + shlex.join(command) + "\n")
@@ -169,19 +171,14 @@ def step_metrics(folder: Path) -> dict[int, dict[str, Any]]:
     return metrics
 
 
-def discard_unsaved_steps(cfg: Config, run_dir: Path, run_id: str, checkpoints: Path) -> int:
+def discard_unsaved_steps(store: ResultStore, checkpoints: Path) -> int:
     """Drop the stored episodes of the steps after verl's newest checkpoint; return that checkpoint's step.
 
     verl resumes a killed run from its newest checkpoint and replays the steps after it, so the
-    episodes a killed process stored for those steps were never trained on."""
-    from tbx.store import open_store
-
+    episodes a killed process stored for those steps were never trained on. The caller's open store
+    does it (one store per process and run)."""
     step = latest_verl_step(checkpoints)
-    store = open_store(cfg.store.url, run_dir, run_id, "train", cfg.store.timeout_s, read_tries=False)
-    try:
-        store.discard_from(first_attempt_of(step))
-    finally:
-        store.close()
+    store.discard_from(first_attempt_of(step))
     return step
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tbx.errors import InfraError
 from tbx.records import PoolManifest
+from tbx.store import open_store
 from tbx.verl_bridge.launch import keep_earlier_metrics, run_verl_training, step_metrics, verl_command
 from tests.launch import ROOT, compose_cfg
 from tests.verl_bridge.test_overrides import manifest
@@ -55,8 +56,10 @@ def test_a_failing_trainer_is_an_infra_error_quoting_its_log(tmp_path, monkeypat
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the stand-in lives in tests/; verl's trainer runs in the run folder
     run_dir = tmp_path / "run"
     run_dir.mkdir()
+    store = open_store(None, run_dir, "run1", "train", read_tries=False)
     with pytest.raises(InfraError, match="status 3(.|\n)*failing as asked"):
-        run_verl_training(verl_cfg(tmp_path), pool, run_dir, "exp", "run1")
+        run_verl_training(verl_cfg(tmp_path), pool, run_dir, "exp", store)
+    store.close()
     assert "failing as asked" in (run_dir / "verl" / "main_ppo.log").read_text()
 
 

@@ -87,9 +87,6 @@ def test_verl_trained_a_lora_adapter_with_the_kl_term(lora_run):
     assert (final / "config.json").is_file() and list(final.rglob("*.safetensors"))
 
 
-@pytest.mark.xfail(strict=True, reason="open: after a one-step verl run that is not killed the results store holds "
-                   "no episode (also full-parameter, local_jobs, no faults); the killed-and-resumed run of "
-                   "test_verl_cpu.py stores every try")
 def test_the_lora_run_trained_on_the_stored_verdicts(lora_run):
     rows = stored_rows(lora_run["run"])
     stored = {(row["task_id"], row["reward"]) for row in rows if row["outcome"] not in ERRORS}
