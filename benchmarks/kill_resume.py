@@ -12,6 +12,7 @@ asserts nothing.
 
     .venv/bin/python benchmarks/kill_resume.py                 # 60 random kills, 20 per stage
     .venv/bin/python benchmarks/kill_resume.py --kills 90 --seed 7
+    .venv/bin/python benchmarks/kill_resume.py --kills 2 --stages eval,probe --tasks 3   # a quick look
 """
 
 from __future__ import annotations
@@ -64,27 +65,39 @@ def print_rows(rows: list[dict]) -> None:
           f"{sum(r['seconds'] for r in rows):.0f} s")
 
 
+def measure(context, cases: list, root: Path, seed: int, rows: list[dict]) -> None:
+    for offset, case in enumerate(cases):
+        rows.append(measure_stage(context, case, root, seed * 3 + offset))
+        print(f"{case.stage}: done in {rows[-1]['seconds']:.0f} s", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kills", type=int, default=60, help="random kills, split evenly over eval, probe, train")
+    parser.add_argument("--kills", type=int, default=60, help="random kills, split evenly over the stages")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stages", default="eval,probe,train",
+                        help="which runs to kill, comma-separated (train starts a vLLM server for its rollouts)")
+    parser.add_argument("--tasks", type=int, default=12, help="tasks of the eval and probe runs")
     args = parser.parse_args()
-    per_stage = max(1, args.kills // 3)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if not stages or set(stages) - {"eval", "probe", "train"}:
+        parser.error(f"--stages {args.stages!r}: give some of eval, probe, train, comma-separated")
+    per_stage = max(1, args.kills // len(stages))
     context = harness.forkserver_context()
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="tbx-kill-") as folder:
             root = Path(folder)
-            cases = [harness.eval_case(per_stage, tasks=12, attempts=12),
-                     harness.probe_case(per_stage, tasks=12, attempts=20),
-            ]
-            tiny = harness.build_tiny_model(root / "tiny-llama")
-            with vllm_server("tiny", tiny, root) as server:  # the trainer's rollouts, outliving its kills
-                cases.append(harness.train_case(root, args.kills - 2 * per_stage, steps=args.kills - 2 * per_stage + 4,
-                                                server=server))
-                for offset, case in enumerate(cases):
-                    rows.append(measure_stage(context, case, root, args.seed * 3 + offset))
-                    print(f"{case.stage}: done in {rows[-1]['seconds']:.0f} s", file=sys.stderr)
+            cases = [*([harness.eval_case(per_stage, tasks=args.tasks, attempts=12)] if "eval" in stages else []),
+                     *([harness.probe_case(per_stage, tasks=args.tasks, attempts=20)] if "probe" in stages else [])]
+            if "train" in stages:
+                train_kills = max(1, args.kills - len(cases) * per_stage)
+                tiny = harness.build_tiny_model(root / "tiny-llama")
+                with vllm_server("tiny", tiny, root) as server:  # the trainer's rollouts, outliving its kills
+                    cases.append(harness.train_case(root, train_kills, steps=train_kills + 4, server=server))
+                    measure(context, cases, root, args.seed, rows)
+            else:
+                measure(context, cases, root, args.seed, rows)
             leftovers = [p for p in (root / "db" / "episodes").glob("*") if any(p.iterdir())]
             left_files = sum(1 for p in leftovers for _ in p.iterdir())
     finally:

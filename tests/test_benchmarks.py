@@ -1,8 +1,10 @@
 """Every script in benchmarks/ runs as written, with its smallest arguments, and prints its figure.
 
 harness.py plays every travel task once (72 episodes): its judged tasks are the ones a missing judge
-broke ("the oracle must pass every task"). smollm2_episodes.py and kill_resume.py (its training kills
-roll out through a vLLM server) start vLLM: they run with the `vllm` tests, when .venv-vllm exists.
+broke ("the oracle must pass every task"). smollm2_episodes.py starts vLLM: it runs with the `vllm`
+tests, when .venv-vllm exists. kill_resume.py kills eval and probe runs only here (its training kills
+roll out through a vLLM server and take 3 minutes; tests/hardening/test_kill_resume.py kills training
+through the same harness).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 VLLM = ROOT / ".venv-vllm" / "bin" / "python"
-NEEDS_VLLM = ("smollm2_episodes.py", "kill_resume.py")
+NEEDS_VLLM = ("smollm2_episodes.py",)
 SMALLEST = {
     "adaptive_probing.py": ["--tasks", "50"],
     "fuzz_tools.py": ["--calls", "50", "--domains", "mock", "--seed", "1"],
     "fault_campaign.py": ["--attempts", "1", "--tasks", "mock+judge", "--policies", "oracle"],
-    "kill_resume.py": ["--kills", "3"],
+    "kill_resume.py": ["--kills", "2", "--stages", "eval,probe", "--tasks", "3"],
     "campaign_speed.py": ["--attempts", "1", "--tasks", "mock", "--skip-before"],
     "harness.py": ["--episodes", "72"],
     "smollm2_episodes.py": ["--tasks", "1", "--attempts", "1", "--max-turns", "1", "--syncs", "1"],
