@@ -30,7 +30,7 @@ from tests.hardening import kill_harness as harness  # noqa: E402
 from tests.vllm.servers import vllm_server  # noqa: E402
 
 
-def measure_stage(context, case, root: Path, seed: int) -> dict:  # noqa: ANN001
+def measure_stage(context, case, root: Path, seed: int) -> dict:
     started = time.monotonic()
     log = harness.clean_and_killed(context, case, root, seed)
     clean, killed = (harness.stored_rows(root / f"{case.stage}-{kind}") for kind in ("clean", "killed"))

@@ -142,7 +142,7 @@ def take(kept_dir: Path, spec: ServeSpec) -> Lease | None:
             print(f"note: the kept vLLM at {other.url} was started with other flags ({'; '.join(differences(other, spec))}): "
                   "this command starts its own", file=sys.stderr)
         return None
-    handle = open(path.with_suffix(".lock"), "ab")  # noqa: SIM115 - held for the lease's life
+    handle = open(path.with_suffix(".lock"), "ab")  # held for the lease's life
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

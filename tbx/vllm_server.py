@@ -131,7 +131,7 @@ class VLLMServer:
             raise RuntimeError("this VLLMServer was already started")
         command = self.command
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self._log = open(self.log_path, "wb")  # closed in stop()
         try:
             self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                             start_new_session=True, env=self.env or server_environment(self.spec),

@@ -87,7 +87,7 @@ async def off_loop(function: Callable[..., T], *args: Any) -> T:
     def work() -> None:
         try:
             value, failed = function(*args), False
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task as is
+        except BaseException as exc:  # handed to the awaiting task as is
             value, failed = exc, True
         try:
             loop.call_soon_threadsafe(_settle, future, value, failed)

@@ -71,7 +71,7 @@ def test_categories_never_mix() -> None:
     probe = campaign_cost([record("a", 0, "success", agent=(1_000_000, 0))], MODELS, PRICES, "probing")
     evaluation = campaign_cost([record("a", 0, "success", agent=(1_000_000, 0))], MODELS, PRICES)
     with pytest.raises(ValueError, match="never mixed"):
-        evaluation + probe  # noqa: B018
+        evaluation + probe
     with pytest.raises(ValueError, match="evaluation bill"):
         reliability_cost(probe, 1, 1)
     both = evaluation + evaluation

@@ -77,7 +77,7 @@ def test_checkpoints_are_synced_before_the_pointer_moves(tmp_path, monkeypatch):
 
 
 def test_check_writable_names_a_read_only_folder(tmp_path, monkeypatch):
-    def refuse(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def refuse(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
     monkeypatch.setattr("builtins.open", refuse)

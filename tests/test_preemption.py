@@ -20,7 +20,7 @@ def submitit_handler():
     """Install a handler like submitit's (checkpoint, then SystemExit(144)); yield its call log."""
     calls: list[str] = []
 
-    def requeue(signum, frame):  # noqa: ANN001, ARG001
+    def requeue(signum, frame):
         calls.append("requeue")
         raise SystemExit(144)
 

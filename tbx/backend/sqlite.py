@@ -35,7 +35,7 @@ warnings.filterwarnings("ignore", message=r"Dialect sqlite\+pysqlite does \*not\
 def _pragmas(opened: list | None) -> Callable[[Any, Any], None]:
     """Each new driver connection's settings; `opened` collects the connections (to interrupt them)."""
 
-    def hook(dbapi_conn, _record) -> None:  # noqa: ANN001 - SQLAlchemy's hook signature
+    def hook(dbapi_conn, _record) -> None:  # SQLAlchemy's hook signature
         if opened is not None:
             opened.append(dbapi_conn)
         cursor = dbapi_conn.cursor()
@@ -96,7 +96,7 @@ class SQLiteBackend(Backend):
         for connection in self._opened.pop(db.name, []):
             try:
                 connection.interrupt()  # stops a statement a cut-off call left running; idle ones ignore it
-            except Exception:  # noqa: BLE001 - a closed connection has nothing to stop
+            except Exception:  # a closed connection has nothing to stop
                 pass
         db.engine.dispose()
         Path(db.url.removeprefix("sqlite:///")).unlink(missing_ok=True)

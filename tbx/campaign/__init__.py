@@ -28,7 +28,7 @@ __all__ = ["OpenRun", "episode_seed", "open_run", "prepare_all", "run_campaign",
            "write_summary"]
 
 
-async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
+async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
                        attempts: dict[str, range], label: str, run_dir: Path) -> None:
     """Run every (task, attempt) of `attempts` that is not final in `log`: in this process, or over
     worker processes (`plan_workers`), `eval.concurrency` at once in each; record what served the policy

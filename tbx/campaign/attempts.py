@@ -63,7 +63,7 @@ def pending_attempts(cfg: Config, log: ResultStore, attempts: dict[str, range]) 
             if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
 
 
-async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
+async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
                         take: Callable[[], Attempt | None], done: Callable[[], None],
                         run_dir: Path | None = None, retried: Callable[[], None] = lambda: None) -> None:
     """Play the attempts `take` hands out (None: no more), `eval.concurrency` at once; call `done` after

@@ -19,16 +19,16 @@ def _build(target: str, group: str, settings: Any) -> Any:
     return build(settings)
 
 
-def build_policy(cfg: Config):  # noqa: ANN201 - returns a Policy
+def build_policy(cfg: Config):  # returns a Policy
     setup = PolicySetup(policy=cfg.policy, model=cfg.model, seed=cfg.seed, extra=cfg.extra)
     return _build(cfg.policy._target_, "policy", setup)
 
 
-def build_user(cfg: Config):  # noqa: ANN201 - returns a UserSimulator
+def build_user(cfg: Config):  # returns a UserSimulator
     return _build(cfg.user._target_, "user", cfg.user)
 
 
-def build_judge(cfg: Config):  # noqa: ANN201 - returns a Judge or None
+def build_judge(cfg: Config):  # returns a Judge or None
     return None if cfg.judge._target_ is None else _build(cfg.judge._target_, "judge", cfg.judge)
 
 

@@ -118,7 +118,7 @@ def _prepare_chunk(cfg: Config, tasks: list[Task]) -> int:
             try:
                 cache.save(prepare_task(task, backend))
                 done += 1
-            except Exception:  # noqa: BLE001 - prepared again by the parent, which reports it
+            except Exception:  # prepared again by the parent, which reports it
                 continue
         return done
     finally:

@@ -130,7 +130,7 @@ def map_shares(fn: Callable[[Config, list], Any], cfg: Config, items: list, proc
                         file=sys.stderr, mininterval=2.0)
 
 
-def _worker(job: WorkerJob, parent: int, next_index, finished, retried, report) -> None:  # noqa: ANN001 - shared values, a pipe
+def _worker(job: WorkerJob, parent: int, next_index, finished, retried, report) -> None:  # shared values, a pipe
     follow_parent(parent)
     for signum in (signal.SIGINT, preemption_signal()):  # the parent decides; it ends the workers
         if signum is not None:
@@ -159,7 +159,7 @@ def _worker(job: WorkerJob, parent: int, next_index, finished, retried, report) 
         report.close()
 
 
-def _taker(pending: list[Attempt], next_index) -> Callable[[], Attempt | None]:  # noqa: ANN001 - a shared value
+def _taker(pending: list[Attempt], next_index) -> Callable[[], Attempt | None]:  # a shared value
     def take() -> Attempt | None:
         with next_index.get_lock():
             index = next_index.value
@@ -169,7 +169,7 @@ def _taker(pending: list[Attempt], next_index) -> Callable[[], Attempt | None]: 
     return take
 
 
-def _counter(finished) -> Callable[[], None]:  # noqa: ANN001 - a shared value
+def _counter(finished) -> Callable[[], None]:  # a shared value
     def done() -> None:
         with finished.get_lock():
             finished.value += 1
@@ -217,7 +217,7 @@ async def run_in_workers(cfg: Config, runtimes: dict[str, TaskRuntime], log: Res
             receive.close()
 
 
-def _advance(finished, seen: int, progress: Callable[[int], object]) -> int:  # noqa: ANN001 - a shared value
+def _advance(finished, seen: int, progress: Callable[[int], object]) -> int:  # a shared value
     now = finished.value
     if now > seen:
         progress(now - seen)

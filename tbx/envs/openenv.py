@@ -38,7 +38,7 @@ def load(*overrides: str, consumer: str = CONSUMER) -> TaskSet:
     return TaskSet.load(consumer, *overrides)
 
 
-def environment_factory(tasks: TaskSet):  # noqa: ANN201 - a class of openenv's Environment
+def environment_factory(tasks: TaskSet):  # a class of openenv's Environment
     """The `Environment` class create_app instantiates per session, bound to `tasks`."""
     from openenv.core.env_server import (
         CallToolAction,
@@ -126,7 +126,7 @@ def environment_factory(tasks: TaskSet):  # noqa: ANN201 - a class of openenv's 
     return TbxEnvironment
 
 
-def app(tasks: TaskSet):  # noqa: ANN201 - a FastAPI app
+def app(tasks: TaskSet):  # a FastAPI app
     """OpenEnv's server (`create_app`) over `tasks`: its HTTP and WebSocket routes."""
     from openenv.core.env_server import CallToolAction, CallToolObservation, create_app
 

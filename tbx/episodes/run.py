@@ -61,7 +61,7 @@ class _Transcript:
         self.ending = ""  # how the agent's own turn ended the conversation, when it did (AgentFault)
 
 
-async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | None):  # noqa: ANN001, ANN202
+async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | None):
     """The agent's next turn, bounded by `turn_timeout_s`. Raises `AgentFault` for an end the agent's
     turn caused; a first-turn refusal is the harness's (the request held nothing of the agent's yet)."""
     limit = asyncio.timeout(turn_timeout_s)
@@ -83,7 +83,7 @@ async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | 
         raise InfraError(f"policy failed: {exc!r}") from exc
 
 
-async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,  # noqa: ANN001
+async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,
                     limits: EpisodeLimits) -> str:
     """Run the dialogue; return what ended it (user_stop | turn_limit | agent_left | an `AgentFault` reason)."""
     task_limit = runtime.task.turn_limit
@@ -124,7 +124,7 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript, 
     return "turn_limit"
 
 
-async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, timeout_s: float | None):  # noqa: ANN202
+async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, timeout_s: float | None):
     rules = runtime.task.checks.judge
     if not rules or judge is None:
         return None
@@ -142,7 +142,7 @@ async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, ti
     return verdicts
 
 
-async def _final_state(runtime: TaskRuntime, backend: Backend, db, chaos: EpisodeFaults,  # noqa: ANN001
+async def _final_state(runtime: TaskRuntime, backend: Backend, db, chaos: EpisodeFaults,
                        timeout_s: float | None) -> State:
     """The terminal state, dumped through the grader's own connection (off the event loop, bounded): the
     tables the database's change log names; the others are still the task's initial state."""
@@ -168,7 +168,7 @@ async def _verdict(runtime: TaskRuntime, final: State, judge: Judge | None, log:
     return outcome, cause, result.to_dict()
 
 
-async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript, limits: EpisodeLimits,  # noqa: ANN001
+async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript, limits: EpisodeLimits,
                         chaos: EpisodeFaults, sessions: ToolSessions | None, timings: dict[str, float]) -> str:
     """The task's tools served on the episode's database, and the dialogue over them; what ended it."""
     task, infra, began = runtime.task, InfraLog(), time.perf_counter()

@@ -129,7 +129,7 @@ class EpisodeSessions:
                         async with server.lifespan(server) as state:
                             await serve_loop(server, read_stream, write_stream, lifespan_state=state,
                                              session_id=session_id)
-            except Exception as exc:  # noqa: BLE001 - a broken session ends like a closed one
+            except Exception as exc:  # a broken session ends like a closed one
                 print(f"serve: session {session_id} failed: {exc!r}", file=sys.stderr)
             finally:
                 self.sessions.pop(session_id, None)

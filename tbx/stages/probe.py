@@ -64,7 +64,7 @@ def validate_probe(cfg: Config) -> StoppingRule:
         raise ConfigError("conf/config.yaml", f"probe.{p.rule}", str(exc), "see the probe settings") from exc
 
 
-async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule,  # noqa: ANN001
+async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule,
                  run_dir: Path) -> int:
     """Run the rounds; return how many rounds ran."""
     n_max, edges = cfg.probe.attempts, cfg.difficulty.edges

@@ -85,7 +85,7 @@ def _by_k(runs: list[RunData]) -> dict[int, list[RunData]]:
     return groups
 
 
-def _render(cfg: Config, runs: list[RunData], out: Path):  # noqa: ANN202 - ReportFiles
+def _render(cfg: Config, runs: list[RunData], out: Path):  # ReportFiles
     try:
         return render_report(runs, out, rng=np.random.default_rng(cfg.seed), resamples=cfg.report.resamples)
     except IncompleteInventoryError as exc:
@@ -127,7 +127,7 @@ def _flat(value: Any) -> Any:
     return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]" if isinstance(value, list) else value
 
 
-def _log_report(sink, files) -> None:  # noqa: ANN001 - a Sink, ReportFiles
+def _log_report(sink, files) -> None:  # a Sink, ReportFiles
     """The tables (intervals also as numeric columns), the figures, and pass@k / pass^k as line plots."""
     for index, table in enumerate(files.tables, 1):
         sink.table(f"report/table{index}", table.columns, [[_flat(v) for v in row] for row in table.rows])

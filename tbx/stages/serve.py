@@ -59,7 +59,7 @@ async def _views(runtimes: dict[str, TaskRuntime]) -> dict[str, View]:
 
 
 def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, View], log: ResultStore,
-              backend, user, judge) -> Campaign:  # noqa: ANN001
+              backend, user, judge) -> Campaign:
     """The pending attempts, each played by `run_episode` with the served agent, stored like stage=eval's."""
     retries, limits = cfg.eval.max_error_retries, episode_limits(cfg)
 
@@ -99,7 +99,7 @@ def _token(cfg: Config) -> str | None:
     return token
 
 
-async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: ANN001
+async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
                          run_dir: Path) -> None:
     """Serve every pending attempt over the configured transport; return when all are final (http) or
     when the one session has ended (stdio)."""

@@ -57,7 +57,7 @@ def run_serve_model(cfg: Config) -> dict[str, Any]:
     return {"url": server.base_url, "pid": record.pid, "started": True, "ready_s": round(server.ready_seconds, 1)}
 
 
-def stop_kept(kept_dir) -> dict[str, Any]:  # noqa: ANN001 - a Path
+def stop_kept(kept_dir) -> dict[str, Any]:  # a Path
     found = records(kept_dir)
     for path, record in found:
         stop(path, record)

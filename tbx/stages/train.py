@@ -67,7 +67,7 @@ def validate_train(cfg: Config) -> None:
 pool_tasks = manifest_tasks
 
 
-def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[TurnSample]:  # noqa: ANN001
+def step_samples(batch, policy: TrainablePolicy, norm_by_std: bool) -> list[TurnSample]:
     """One sample per assistant turn of every trained episode, with its group-centred advantage.
 
     Raises `StaleSamplesError` when a turn was sampled by other weights than the ones being trained."""
@@ -114,7 +114,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
         bar = tqdm(total=cfg.grpo.groups_per_step * cfg.grpo.group_size, desc=f"train step {step + 1}/"
                    f"{cfg.grpo.steps}", unit="ep", file=sys.stderr, mininterval=2.0, dynamic_ncols=True)
 
-        async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):  # noqa: ANN202
+        async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
             result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed, limits)
             store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
@@ -196,7 +196,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
     return finish_training(run_dir, policy, manifest.hash, cfg.grpo.steps, len(tasks), run.state.history)
 
 
-def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: int,  # noqa: ANN001
+def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: int,
                     history: list[dict[str, Any]]) -> dict[str, Any]:
     """train.json and the trained model, published atomically; a run in which no step updated the model
     (every group zero-variance) saves no model, so nothing evaluates the base weights as trained, and
@@ -221,7 +221,7 @@ def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: 
     return summary
 
 
-def _start(cfg: Config, run_dir: Path, tasks: list, store, finetune: str) -> _Trainer:  # noqa: ANN001
+def _start(cfg: Config, run_dir: Path, tasks: list, store, finetune: str) -> _Trainer:
     """The policy (served; `finetune` is the pool manifest's, as verl's), optimizer and sampler, from the run's
     last checkpoint when there is one: the server then answers with that checkpoint's weights, as it did for
     the uninterrupted run."""

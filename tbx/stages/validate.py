@@ -127,7 +127,7 @@ async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskV
     gate = asyncio.Semaphore(cfg.eval.concurrency)
     bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=not show, mininterval=2.0)
 
-    async def one(task) -> None:  # noqa: ANN001
+    async def one(task) -> None:
         async with gate:
             try:
                 runtime = prepare_task(task, backend)

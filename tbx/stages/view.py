@@ -44,7 +44,7 @@ def run_view(cfg: Config) -> dict[str, Any]:
             run.close()
 
 
-async def _serve(cfg: Config, runs) -> None:  # noqa: ANN001 - list[StoredRun]
+async def _serve(cfg: Config, runs) -> None:  # list[StoredRun]
     import uvicorn
 
     from tbx.listen import start_listening

@@ -77,7 +77,7 @@ class Binding:
     gate: Gate | None = None
 
 
-def _bind(spec: ToolSpec, binding: Binding):  # noqa: ANN202
+def _bind(spec: ToolSpec, binding: Binding):
     signature = inspect.signature(spec.fn)
     params = list(signature.parameters.values())[1:]
 
@@ -195,7 +195,7 @@ class _Kept:
         self.stop.set()
         try:
             await self.holder
-        except Exception:  # noqa: BLE001 - a session that failed is simply gone
+        except Exception:  # a session that failed is simply gone
             pass
 
 

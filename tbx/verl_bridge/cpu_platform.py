@@ -135,7 +135,7 @@ class CpuPlatform(PlatformBase):
         return "CUDA_VISIBLE_DEVICES"
 
     @contextmanager
-    def nvtx_range(self, msg: str):  # noqa: ANN201
+    def nvtx_range(self, msg: str):
         yield
 
     def profiler_start(self) -> None:

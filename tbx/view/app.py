@@ -36,7 +36,7 @@ def curves_path(run: StoredRun) -> Path | None:
 class TokenGate(BaseHTTPMiddleware):
     """Every request carries the token (query once, then the cookie; or a bearer header), else 401."""
 
-    def __init__(self, app, token: str):  # noqa: ANN001 - an ASGI app
+    def __init__(self, app, token: str):  # an ASGI app
         super().__init__(app)
         self.token = token
 

@@ -209,7 +209,7 @@ def load_store(url: str) -> list[StoredRun]:
         with engine.connect() as conn:
             found = list(conn.execute(select(c.run_id, func.min(c.stage), func.max(c.attempt))
                                       .group_by(c.run_id).order_by(c.run_id)))
-    except Exception as exc:  # noqa: BLE001 - any driver's refusal is the user's URL to fix
+    except Exception as exc:  # any driver's refusal is the user's URL to fix
         raise ConfigError(url, "store.url", f"cannot be read ({str(exc).splitlines()[0]})",
                           "give the URL of a tbx results store") from None
     finally:

@@ -28,7 +28,7 @@ FAMILY_ROWS = {"parents": [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}],
                "bystanders": [{"id": 1, "note": "n"}]}
 
 
-def read_both(backend: Backend, db, metadata: MetaData, initial: dict) -> tuple[dict, dict, set | None]:  # noqa: ANN001
+def read_both(backend: Backend, db, metadata: MetaData, initial: dict) -> tuple[dict, dict, set | None]:
     reader = backend.open_reader(db)
     try:
         with reader.connect() as conn:

@@ -30,7 +30,7 @@ def episode_databases(url: str) -> dict[str, int]:
         engine.dispose()
 
 
-def kill_while(args: list[str], busy, timeout_s: float = 120) -> None:  # noqa: ANN001 - a predicate
+def kill_while(args: list[str], busy, timeout_s: float = 120) -> None:  # a predicate
     """Start launch.py, SIGKILL it once `busy()` holds (episodes are running)."""
     proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), *args], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -65,7 +65,7 @@ def test_killed_postgres_runs_leave_no_episode_databases_after_the_next_start(tm
         mine.close()
 
 
-def _template(backend) -> str:  # noqa: ANN001
+def _template(backend) -> str:
     from tbx.catalog import prepare_task, resolve_tasks
     from tbx.config import TasksConfig
 

@@ -17,7 +17,7 @@ def as_data(runtimes: dict) -> dict:
     return {task_id: (rt.template, rt.initial, rt.expected, rt.volatile) for task_id, rt in runtimes.items()}
 
 
-def counting(monkeypatch) -> list[str]:  # noqa: ANN001
+def counting(monkeypatch) -> list[str]:
     """The ids of the tasks `prepare_all` prepares (instead of reading the cache)."""
     prepared, real = [], prepare_module.prepare_task
     monkeypatch.setattr(prepare_module, "prepare_task", lambda task, backend: prepared.append(task.id) or

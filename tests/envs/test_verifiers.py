@@ -20,7 +20,7 @@ from tests.envs import eval_records, overrides
 from tests.fakes.openai_server import FakeOpenAIServer, text_reply
 
 pytest.importorskip("verifiers", reason="verifiers is not installed here: scripts/setup_envs.sh builds .venv-envs")
-from tbx.envs.verifiers import parse_action  # noqa: E402
+from tbx.envs.verifiers import parse_action
 
 VF_EVAL = Path(sys.executable).parent / "vf-eval"
 pytestmark = [pytest.mark.envs, pytest.mark.slow,

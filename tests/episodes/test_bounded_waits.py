@@ -57,11 +57,11 @@ def endless(db) -> str:
         stopped.set()
 
 
-def with_tool(runtime, spec):  # noqa: ANN001, ANN201 - a TaskRuntime whose domain has one more tool
+def with_tool(runtime, spec):  # a TaskRuntime whose domain has one more tool
     return dataclasses.replace(runtime, domain=dataclasses.replace(runtime.domain, tools=(*runtime.domain.tools, spec)))
 
 
-def play_in_thread(runtime, backend, name: str, deadline_s: float = 20.0):  # noqa: ANN001, ANN201
+def play_in_thread(runtime, backend, name: str, deadline_s: float = 20.0):
     """Play one episode that calls tool `name`; (result, seconds), or (None, deadline) if it never ended."""
     turns = [AssistantTurn(tool_calls=(ToolCall(name, {}, "call_0"),))]
     box: list = []
@@ -94,9 +94,9 @@ class SilentPolicy(ScriptPolicy):
     def __init__(self):
         super().__init__([])
 
-    def agent(self, context):  # noqa: ANN001, ANN201
+    def agent(self, context):
         class Silent:
-            async def act(self, messages, tools):  # noqa: ANN001, ANN202
+            async def act(self, messages, tools):
                 await asyncio.Event().wait()
 
         return Silent()
@@ -115,7 +115,7 @@ def test_the_episode_deadline_bounds_turns_that_no_other_limit_does(backend):
 def test_other_episodes_go_on_while_one_tool_hangs(backend):
     runtime = with_tool(prepare_task(mock_task(), backend), sleepy.__tbx_tool__)
 
-    async def both():  # noqa: ANN202
+    async def both():
         hung = run_episode(runtime, backend, ScriptPolicy([AssistantTurn(tool_calls=(ToolCall("sleepy", {}),))]),
                            ScriptedUser(), None, 0, 0, dataclasses.replace(LIMITS, call_timeout_s=10.0))
         from tbx.policies.reference import OraclePolicy

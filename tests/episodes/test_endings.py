@@ -42,10 +42,10 @@ def runtime(tmp_path):
     backend.close()
 
 
-def play(runtime, policy: Policy, turn_timeout_s: float | None = None):  # noqa: ANN201
+def play(runtime, policy: Policy, turn_timeout_s: float | None = None):
     backend, task = runtime
 
-    async def episode():  # noqa: ANN202
+    async def episode():
         try:
             return await run_episode(task, backend, policy, ScriptedUser(), None, 0, 0,
                                      replace(LIMITS, turn_timeout_s=turn_timeout_s))
@@ -110,7 +110,7 @@ class _SlowAfterFirstTurn(Agent):
     def __init__(self, delay_s: float):
         self.script, self.delay_s, self.turns = ScriptAgent([AssistantTurn(content="Which account?")]), delay_s, 0
 
-    async def act(self, messages, tools):  # noqa: ANN001, ANN201 - the Agent signature
+    async def act(self, messages, tools):  # the Agent signature
         self.turns += 1
         if self.turns > 1:
             await asyncio.sleep(self.delay_s)
@@ -118,7 +118,7 @@ class _SlowAfterFirstTurn(Agent):
 
 
 class SlowPolicy(Policy):
-    def agent(self, context):  # noqa: ANN001, ANN201
+    def agent(self, context):
         return _SlowAfterFirstTurn(30.0)
 
 

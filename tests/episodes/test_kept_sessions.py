@@ -19,7 +19,7 @@ MOCK = get_domain("mock")
 SAME = ("outcome", "final_delta", "transcript", "counts", "grade")
 
 
-def as_data(result) -> dict:  # noqa: ANN001
+def as_data(result) -> dict:
     record = result.to_dict()
     return {key: record[key] for key in SAME}
 
@@ -29,14 +29,14 @@ def test_kept_sessions_give_each_episode_its_own_database_and_the_same_episodes(
                 for i, data in enumerate(MOCK.generate_tasks(0))]
     user = ScriptedUser()
 
-    async def play(sessions):  # noqa: ANN001, ANN202 - oracle then null on every task, twice over
+    async def play(sessions):  # oracle then null on every task, twice over
         results = []
         for policy in (OraclePolicy(), NullPolicy(), OraclePolicy()):
             for runtime in runtimes:
                 results.append(await run_episode(runtime, backend, policy, user, None, 0, 0, LIMITS, sessions=sessions))
         return results
 
-    async def kept():  # noqa: ANN202
+    async def kept():
         sessions = ToolSessions()
         try:
             return await play(sessions), len(sessions._open)
@@ -53,7 +53,7 @@ def test_a_session_whose_tools_failed_is_closed_not_reused(backend):
     runtime = prepare_task(load_task(MOCK.generate_tasks(0)[0], "mock#0", MOCK.policy), backend)
     faults = FaultsConfig(tool=1.0, hang=0.0)
 
-    async def play():  # noqa: ANN202
+    async def play():
         sessions = ToolSessions()
         try:
             failed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS, faults=faults,

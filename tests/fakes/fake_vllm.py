@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.fakes.openai_server import FakeOpenAIServer, text_reply  # noqa: E402
+from tests.fakes.openai_server import FakeOpenAIServer, text_reply
 
 WEIGHT_ROUTES = ("/pause", "/resume", "/reset_prefix_cache", "/update_weight_version", "/collective_rpc")
 
@@ -43,7 +43,7 @@ class FakeVLLM(FakeOpenAIServer):
         server, chat = self, super()._handler_class()
 
         class Handler(chat):
-            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            def do_GET(self) -> None:  # stdlib name
                 if self.path == "/weight_info":
                     self._send(200, json.dumps({"weight_version": server.weight_version}).encode())
                 elif self.path == "/version":
@@ -51,7 +51,7 @@ class FakeVLLM(FakeOpenAIServer):
                 else:
                     super().do_GET()
 
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            def do_POST(self) -> None:  # stdlib name
                 path = self.path.partition("?")[0]
                 if path not in WEIGHT_ROUTES:
                     super().do_POST()

@@ -148,10 +148,10 @@ class FakeOpenAIServer:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            def log_message(self, format: str, *args: Any) -> None:  # stdlib signature
                 pass
 
-            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+            def do_GET(self) -> None:  # stdlib name
                 server.requests.append(Recorded("GET", self.path, self._headers(), None))
                 if self.path == "/health":
                     self._send(200, b"")
@@ -161,7 +161,7 @@ class FakeOpenAIServer:
                 else:
                     self._send(404, b'{"error": "not found"}')
 
-            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+            def do_POST(self) -> None:  # stdlib name
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
                 try:

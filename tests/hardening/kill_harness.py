@@ -93,7 +93,7 @@ def _launch_child(args: list[str], log: str) -> None:
     runpy.run_path(str(ROOT / "launch.py"), run_name="__main__")
 
 
-def _stage_child(cfg, log: str) -> None:  # noqa: ANN001 - a tbx Config
+def _stage_child(cfg, log: str) -> None:  # a tbx Config
     """The small entry: the stage on a config the parent composed from the same overrides (Hydra's
     composition is ~80% of launch.py's start-up; the stage, its store and resume logic are the same)."""
     from tbx.launch import run_stage
@@ -113,12 +113,12 @@ def _dying_child(payload: tuple, log: str) -> None:
     cfg, step, point = payload
     save, write = torch.save, pathlib.Path.write_text
 
-    def save_then_die(obj, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def save_then_die(obj, *args, **kwargs):
         save(obj, *args, **kwargs)
         if point == "state" and isinstance(obj, dict) and obj.get("step") == step:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    def write_then_die(self, data, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def write_then_die(self, data, *args, **kwargs):
         written = write(self, data, *args, **kwargs)
         if point == "pointer" and self.name == "latest.json.partial" and json.loads(data)["step"] == step:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -146,13 +146,13 @@ def stop_forkserver() -> None:
         stop()
 
 
-def start(context, target, payload, log: Path):  # noqa: ANN001, ANN201 - a multiprocessing Process
+def start(context, target, payload, log: Path):  # a multiprocessing Process
     proc = context.Process(target=target, args=(payload, str(log)), daemon=False)
     proc.start()
     return proc
 
 
-def finish(proc, log: Path) -> None:  # noqa: ANN001
+def finish(proc, log: Path) -> None:
     proc.join(RUN_TIMEOUT_S)
     if proc.is_alive():
         proc.kill()
@@ -160,7 +160,7 @@ def finish(proc, log: Path) -> None:  # noqa: ANN001
     assert proc.exitcode == 0, f"exit {proc.exitcode}:\n{log.read_text()[-3000:]}"
 
 
-def timed_run(context, target, payload, log: Path) -> float:  # noqa: ANN001
+def timed_run(context, target, payload, log: Path) -> float:
     began = time.monotonic()
     finish(start(context, target, payload, log), log)
     return time.monotonic() - began
@@ -170,7 +170,7 @@ def launch_args(case: Case, root: Path, run_dir: Path) -> list[str]:
     return [*case.args, "logger=none", f"out_root={root}", f"backend.workdir={root}/db", f"run_dir={run_dir}"]
 
 
-def compose(args: list[str]):  # noqa: ANN201 - a tbx Config
+def compose(args: list[str]):  # a tbx Config
     """What launch.py composes from `args`."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
@@ -230,14 +230,14 @@ def stored_since(run_dir: Path, since: float) -> bool:
     return bool(query(run_dir, f"SELECT 1 FROM attempts WHERE created_at > {since!r} LIMIT 1"))
 
 
-def _wait_for_work(proc, run_dir: Path, since: float, limit_s: float) -> None:  # noqa: ANN001
+def _wait_for_work(proc, run_dir: Path, since: float, limit_s: float) -> None:
     """Until the process stored its first try (it is working) or ended."""
     end = time.monotonic() + limit_s
     while proc.is_alive() and time.monotonic() < end and not stored_since(run_dir, since):
         time.sleep(0.01)
 
 
-def kill_until_done(context, case: Case, root: Path, run_dir: Path, rng: random.Random,  # noqa: ANN001
+def kill_until_done(context, case: Case, root: Path, run_dir: Path, rng: random.Random,
                     log: KillLog) -> None:
     """Run the stage, SIGKILL it at a random point, run it again; after `case.kills` kills finish it with
     the launch.py command line (which must resume, not start over)."""
@@ -267,7 +267,7 @@ def kill_until_done(context, case: Case, root: Path, run_dir: Path, rng: random.
     finish(start(context, _launch_child, args, out), out)
 
 
-def kill_in_checkpoint_writes(context, case: Case, root: Path, run_dir: Path, log: KillLog) -> None:  # noqa: ANN001
+def kill_in_checkpoint_writes(context, case: Case, root: Path, run_dir: Path, log: KillLog) -> None:
     """Training only: one SIGKILL at each exact point of a checkpoint write, steps 1 and 2."""
     cfg, out = compose(launch_args(case, root, run_dir)), root / f"{case.stage}-killed.log"
     for step, point in ((1, "state"), (2, "pointer")):
@@ -278,7 +278,7 @@ def kill_in_checkpoint_writes(context, case: Case, root: Path, run_dir: Path, lo
         log.runs += 1
 
 
-def clean_and_killed(context, case: Case, root: Path, seed: int) -> KillLog:  # noqa: ANN001
+def clean_and_killed(context, case: Case, root: Path, seed: int) -> KillLog:
     """The uninterrupted run (launch.py), re-run (it must add nothing), then the killed-and-resumed one
     (for training, first killed inside two checkpoint writes, then at random points)."""
     log = KillLog(case.stage)

@@ -249,7 +249,7 @@ def good_task() -> dict:
     return json.loads(json.dumps(get_domain("mock").generate_tasks(0)[0]))
 
 
-def edit(path: list, value=None, delete: bool = False):  # noqa: ANN001, ANN201
+def edit(path: list, value=None, delete: bool = False):
     def change(task: dict) -> None:
         node = task
         for key in path[:-1]:

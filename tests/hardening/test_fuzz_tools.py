@@ -272,7 +272,7 @@ def test_postgres_answers_hostile_calls_without_crashing(pg_url: str, name: str)
 
 
 @cache
-def _sdk_model(spec: ToolSpec):  # noqa: ANN202 - the SDK's FuncMetadata
+def _sdk_model(spec: ToolSpec):  # the SDK's FuncMetadata
     return func_metadata(spec.fn, skip_names=["db"], structured_output=False)
 
 

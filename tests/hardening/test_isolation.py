@@ -33,7 +33,7 @@ def nickname_task():
     return load_task(MOCK.generate_tasks(0)[2], "mock-isolation", MOCK.policy)
 
 
-def play(runtime, backend, policy):  # noqa: ANN001, ANN201
+def play(runtime, backend, policy):
     return asyncio.run(run_episode(runtime, backend, policy, ScriptedUser(), None, 0, 0, LIMITS))
 
 
@@ -44,7 +44,7 @@ def test_a_write_left_open_on_the_tools_connection_does_not_reach_the_verdict(ba
     held, seen = {}, {}
     real_build, real_dump = episode_run.build_server, episode_run.dump_state
 
-    def build_server(name, specs, engine, *rest, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def build_server(name, specs, engine, *rest, **options):
         conn = engine.connect()  # the tools' engine: on SQLite, the very connection every tool call uses
         conn.begin()
         conn.execute(update(ACCOUNTS).where(ACCOUNTS.c.id == 2).values(nickname="savings"))
@@ -53,7 +53,7 @@ def test_a_write_left_open_on_the_tools_connection_does_not_reach_the_verdict(ba
         held["conn"] = conn
         return real_build(name, specs, engine, *rest, **options)
 
-    def dump_state(reader, metadata, *rest):  # noqa: ANN001, ANN002, ANN202 - the grader's read, the write still open
+    def dump_state(reader, metadata, *rest):  # the grader's read, the write still open
         conn = held.pop("conn")
         seen["tools"] = conn.execute(select(ACCOUNTS.c.nickname).where(ACCOUNTS.c.id == 2)).scalar_one()
         try:
@@ -84,20 +84,20 @@ def test_the_grader_engine_is_opened_after_the_tools_and_never_used_by_them(back
     real_build, real_dump, real_invoke = episode_run.build_server, episode_run.dump_state, mcp_server.invoke
     real_reader = type(backend).open_reader
 
-    def build_server(name, specs, engine, *rest, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def build_server(name, specs, engine, *rest, **options):
         events.append(("tools engine", engine))
         return real_build(name, specs, engine, *rest, **options)
 
-    def invoke(spec, engine, *rest, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def invoke(spec, engine, *rest, **options):
         events.append(("tool call", engine))
         return real_invoke(spec, engine, *rest, **options)
 
-    def open_reader(self, db):  # noqa: ANN001, ANN202
+    def open_reader(self, db):
         reader = real_reader(self, db)
         events.append(("reader opened", reader))
         return reader
 
-    def dump_state(reader, metadata, *rest):  # noqa: ANN001, ANN002, ANN202
+    def dump_state(reader, metadata, *rest):
         events.append(("grader reads", reader))
         return real_dump(reader, metadata, *rest)
 
@@ -119,7 +119,7 @@ def test_the_grader_engine_is_opened_after_the_tools_and_never_used_by_them(back
 # (a relative path that climbs out, an absolute path, or any path) is refused naming the file, the field and the
 # fix, and a task folder cannot pull in a file from elsewhere through a link.
 
-def write_task(folder, task, name="task.yaml"):  # noqa: ANN001, ANN201
+def write_task(folder, task, name="task.yaml"):
     import yaml
 
     folder.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ class _Requests(list):
         super().__init__()
         self.local = threading.local()
 
-    def append(self, item) -> None:  # noqa: ANN001 - a Recorded
+    def append(self, item) -> None:  # a Recorded
         super().append(item)
         self.local.current = item
 
@@ -53,7 +53,7 @@ class RespondingServer(FakeOpenAIServer):
     `Authorization: Bearer <api_key>` gets a 401 (`reject_first`: the first keyed request too, with
     a body that echoes the header, as some servers do)."""
 
-    def __init__(self, respond, api_key: str | None = None, reject_first: bool = False):  # noqa: ANN001
+    def __init__(self, respond, api_key: str | None = None, reject_first: bool = False):
         super().__init__()
         self.requests = _Requests()
         self.respond, self.api_key, self.reject_first = respond, api_key, reject_first
@@ -92,7 +92,7 @@ def user_reply(body: dict) -> Scripted:
     return text_reply("I don't know." if "?" in agent_text else f"Thank you, that's all. {STOP}")
 
 
-def agent_responder(tasks: list[dict]):  # noqa: ANN201
+def agent_responder(tasks: list[dict]):
     """An LLM agent that plays each task's reference. The task is found by the request's sampling
     seed (the episode's seed, derived from the task id and the try; first attempts), the step by
     the number of assistant turns so far."""
@@ -127,7 +127,7 @@ def llm_overrides(agent_url: str, user_url: str, agent_key_env: str | None = Non
 # --- real campaigns ---------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory):  # noqa: ANN001, ANN201 - one folder: the campaigns share their task templates
+def workdir(tmp_path_factory):  # one folder: the campaigns share their task templates
     return tmp_path_factory.mktemp("leaks")
 
 
@@ -228,12 +228,12 @@ class LeakyUser(UserSimulator):
     def from_config(cls, user: UserConfig) -> LeakyUser:
         return cls()
 
-    def session(self, scenario, seed):  # noqa: ANN001, ANN201
+    def session(self, scenario, seed):
         class Session(UserSession):
             def opening(self) -> str:
                 return scenario.opening_message
 
-            async def reply(self, conversation) -> UserTurn:  # noqa: ANN001
+            async def reply(self, conversation) -> UserTurn:
                 return UserTurn(f"My brief says: {scenario.instructions} {STOP}", True)
 
         return Session()

@@ -35,7 +35,7 @@ class _SlowAgent(Agent):
     def __init__(self, inner: Agent, delay_s: float):
         self.inner, self.delay_s = inner, delay_s
 
-    async def act(self, messages, tools):  # noqa: ANN001, ANN201 - the Agent signature
+    async def act(self, messages, tools):  # the Agent signature
         await asyncio.sleep(self.delay_s)
         return await self.inner.act(messages, tools)
 
@@ -50,5 +50,5 @@ class SlowCoinPolicy(Policy):
     def from_config(cls, setup: PolicySetup) -> SlowCoinPolicy:
         return cls(float(setup.extra.get("turn_delay_s", 0.2)))
 
-    def agent(self, context):  # noqa: ANN001, ANN201
+    def agent(self, context):
         return _SlowAgent(self.coin.agent(context), self.delay_s)

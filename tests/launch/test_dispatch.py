@@ -77,7 +77,7 @@ def test_local_jobs_preempted_shard_requeues_and_resumes_without_duplicates(tmp_
                 job.cancel()
 
 
-def _preempt_a_shard_and_check(tmp_path, submission):  # noqa: ANN001
+def _preempt_a_shard_and_check(tmp_path, submission):
     shard = submission.shards[0]
     run_dir = None
     deadline = time.monotonic() + 120

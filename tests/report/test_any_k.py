@@ -43,7 +43,7 @@ def outcomes(patterns: dict[str, str]) -> dict[str, list[bool]]:
     return {task: [letter == "S" for letter in letters] for task, letters in patterns.items()}
 
 
-def pp(interval) -> tuple[float, float, float]:  # noqa: ANN001
+def pp(interval) -> tuple[float, float, float]:
     return tuple(round(100 * v, 2) for v in (interval.estimate, interval.low, interval.high))
 
 

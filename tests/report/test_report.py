@@ -50,11 +50,11 @@ def synthetic_runs() -> list[RunData]:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def report(tmp_path_factory: pytest.TempPathFactory):
     return render_report(synthetic_runs(), tmp_path_factory.mktemp("report"), resamples=200)
 
 
-def test_markdown_has_three_tables_with_marked_best(report) -> None:  # noqa: ANN001
+def test_markdown_has_three_tables_with_marked_best(report) -> None:
     md = report.markdown_path.read_text()
     for title in ("Table 1. Before/after: null (base) vs mixed, oracle", "Table 2. Models side by side",
                   "Table 3. Cost and reliability"):
@@ -79,7 +79,7 @@ def test_markdown_has_three_tables_with_marked_best(report) -> None:  # noqa: AN
         assert f"]({png.name})" in md
 
 
-def test_tables_as_plain_rows(report) -> None:  # noqa: ANN001
+def test_tables_as_plain_rows(report) -> None:
     table1, table2, table3 = report.tables
     assert table1.columns == ("metric", "null", "mixed", "change (mixed)", "paired change, 95% CI (mixed)",
                               "oracle", "change (oracle)", "paired change, 95% CI (oracle)")
@@ -94,7 +94,7 @@ def test_tables_as_plain_rows(report) -> None:  # noqa: ANN001
     assert table2.to_dict()["rows"][0][0] == "null"
 
 
-def test_pngs_exist_and_are_images(report) -> None:  # noqa: ANN001
+def test_pngs_exist_and_are_images(report) -> None:
     names = sorted(p.name for p in report.png_paths)
     assert names == ["attempt_grid.png", "domains_1_mixed.png", "domains_2_oracle.png", "pass_curves.png"]
     for path in report.png_paths:

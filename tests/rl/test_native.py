@@ -133,7 +133,7 @@ def test_a_checkpoint_restores_every_random_generator(tmp_path, monkeypatch):
     save_checkpoint(tmp_path, 1, model, optimizer, {})
     cuda = torch.cuda.get_rng_state_all()
 
-    def draw():  # noqa: ANN202
+    def draw():
         return random.random(), float(np.random.rand()), torch.rand(2).tolist()
 
     expected = draw()  # what each generator gives next after the checkpoint

@@ -17,7 +17,7 @@ from tbx.serve.episode import USER_ENDED
 from tbx.tasks.model import Task
 
 
-def text(result) -> str:  # noqa: ANN001 - a CallToolResult
+def text(result) -> str:  # a CallToolResult
     return "\n".join(part.text for part in result.content)
 
 

@@ -17,10 +17,10 @@ from tbx.policies.reference import DONE, ScriptAgent, turns_from_steps
 
 
 class _ClockAgent(Agent):
-    def __init__(self, reference, delay_s: float):  # noqa: ANN001
+    def __init__(self, reference, delay_s: float):
         self.reference, self.delay_s, self.script = reference, delay_s, None
 
-    async def act(self, messages, tools):  # noqa: ANN001, ANN201 - the Agent signature
+    async def act(self, messages, tools):  # the Agent signature
         await asyncio.sleep(self.delay_s)
         if self.script is None:
             plays = time.monotonic_ns() // 1000 % 2 == 0
@@ -35,10 +35,10 @@ class ClockPolicy(Policy):
         self.episode_log, self.delay_s = episode_log, delay_s
 
     @classmethod
-    def from_config(cls, setup):  # noqa: ANN001, ANN206 - a PolicySetup
+    def from_config(cls, setup):  # a PolicySetup
         return cls(str(setup.extra["episode_log"]), float(setup.extra.get("turn_delay_s", 0.05)))
 
-    def agent(self, context):  # noqa: ANN001, ANN201
+    def agent(self, context):
         with open(self.episode_log, "a") as log:
             log.write(f"{os.getpid()} {context.task.id} {context.attempt}\n")
         return _ClockAgent(context.task.reference, self.delay_s)

@@ -71,7 +71,7 @@ def test_a_tool_that_never_returns_ends_a_native_training_episode_as_an_error(tm
     def train() -> None:
         try:
             asyncio.run(_train(cfg, run))
-        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+        except BaseException as exc:  # reported by the assertion below
             failed.append(exc)
 
     worker = threading.Thread(target=train, daemon=True)

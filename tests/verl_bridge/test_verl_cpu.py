@@ -30,9 +30,9 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
-from tbx.store.training import STEP_STRIDE, step_of  # noqa: E402
-from tbx.verl_bridge.episode import episode_seed  # noqa: E402
-from tbx.verl_bridge.launch import step_metrics  # noqa: E402
+from tbx.store.training import STEP_STRIDE, step_of
+from tbx.verl_bridge.episode import episode_seed
+from tbx.verl_bridge.launch import step_metrics
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration,
               pytest.mark.skipif(os.environ.get("TBX_VERL_RUN") == "0",

@@ -24,9 +24,9 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
-from tbx.verl_bridge.launch import step_metrics  # noqa: E402
-from tests.launch.test_slurm import job_field, slurm  # noqa: E402, F401 - the session's Slurm cluster
-from tests.verl_bridge.test_verl_cpu import (  # noqa: E402
+from tbx.verl_bridge.launch import step_metrics
+from tests.launch.test_slurm import job_field, slurm  # noqa: F401 - the session's Slurm cluster
+from tests.verl_bridge.test_verl_cpu import (
     ERRORS,
     POOL,
     ROOT,

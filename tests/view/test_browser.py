@@ -33,7 +33,7 @@ def _unavailable(reason: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def driver():  # noqa: ANN201
+def driver():
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
@@ -61,7 +61,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def viewer(runs):  # noqa: ANN001, ANN201
+def viewer(runs):
     """`launch.py stage=view` in its own process, as a user starts it; yields its URL."""
     proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), "stage=view", f"runs=[{runs[0]},{runs[1]}]",
                              "view.port=0", "view.page_size=4", "logger=none"], stdout=subprocess.PIPE,
@@ -75,7 +75,7 @@ def viewer(runs):  # noqa: ANN001, ANN201
         proc.wait(timeout=30)
 
 
-def shot(driver, tmp_path: Path, name: str) -> Path:  # noqa: ANN001
+def shot(driver, tmp_path: Path, name: str) -> Path:
     """The whole page (not only the window) as a PNG, through Chromium's DevTools."""
     import base64
 
@@ -90,7 +90,7 @@ def shot(driver, tmp_path: Path, name: str) -> Path:  # noqa: ANN001
     return path
 
 
-def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Path) -> None:  # noqa: ANN001
+def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
@@ -128,7 +128,7 @@ def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Pa
     shot(driver, tmp_path, "pair")
 
 
-def test_the_export_opens_from_disk_and_its_links_resolve(driver, runs, tmp_path: Path) -> None:  # noqa: ANN001
+def test_the_export_opens_from_disk_and_its_links_resolve(driver, runs, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     site = tmp_path / "site"

@@ -16,7 +16,7 @@ from tests.view.runs import stored_runs
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def runs(tmp_path_factory: pytest.TempPathFactory):
     base, trained = stored_runs(tmp_path_factory.mktemp("view"))
     loaded = load_runs([base, trained], None)
     yield loaded
@@ -25,11 +25,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 @pytest.fixture(scope="module")
-def client(runs) -> TestClient:  # noqa: ANN001
+def client(runs) -> TestClient:
     return TestClient(viewer_app(runs, page_size=4))
 
 
-def test_runs_page_has_the_headline_with_intervals(client) -> None:  # noqa: ANN001
+def test_runs_page_has_the_headline_with_intervals(client) -> None:
     html = client.get("/").text
     assert "<h2>base <small>eval · agent base · k = 2" in html and "<h2>trained <small>" in html
     # trained: 4 of 6 attempts pass (the transfers), 2 of 3 tasks at 2/2; base fails all
@@ -37,7 +37,7 @@ def test_runs_page_has_the_headline_with_intervals(client) -> None:  # noqa: ANN
     assert 'href="/compare?base=0&amp;new=1"' in html
 
 
-def test_attempts_filter_search_and_paging(client) -> None:  # noqa: ANN001
+def test_attempts_filter_search_and_paging(client) -> None:
     first = client.get("/run/1/attempts").text
     assert "6 of 6 attempts · page 1 of 2" in first and first.count('class="episode-link"') == 4
     assert 'id="next" href="/run/1/attempts?page=2"' in first
@@ -50,7 +50,7 @@ def test_attempts_filter_search_and_paging(client) -> None:  # noqa: ANN001
     assert "0 of 6 attempts" in client.get("/run/1/attempts?family=transfer&outcome=failure").text
 
 
-def test_episode_shows_the_row_diff_and_the_extra_side_effect(client) -> None:  # noqa: ANN001
+def test_episode_shows_the_row_diff_and_the_extra_side_effect(client) -> None:
     html = client.get("/run/1/episode", params={"task": "mock/nickname/1", "attempt": 0}).text
     assert "✗ no other change</b>: unexpected: update accounts" in html
     side_effect = html.split('<table class="rowdiff side-effect">')[1].split("</table>")[0]
@@ -63,7 +63,7 @@ def test_episode_shows_the_row_diff_and_the_extra_side_effect(client) -> None:  
     assert client.get("/run/1/episode", params={"task": "nope", "attempt": 0}).status_code == 404
 
 
-def test_an_expected_change_shows_expected_against_terminal(client) -> None:  # noqa: ANN001
+def test_an_expected_change_shows_expected_against_terminal(client) -> None:
     html = client.get("/run/0/episode", params={"task": "mock/transfer/5", "attempt": 1}).text
     assert "✗ expected[0] update accounts</b>: missing: row" in html
     passed = client.get("/run/1/episode", params={"task": "mock/transfer/5", "attempt": 1}).text
@@ -71,7 +71,7 @@ def test_an_expected_change_shows_expected_against_terminal(client) -> None:  # 
     assert '<tr class="changed"><td>balance</td><td>100</td><td>95</td><td>95</td></tr>' in passed
 
 
-def test_compare_finds_the_flipped_tasks_and_links_both_episodes(client) -> None:  # noqa: ANN001
+def test_compare_finds_the_flipped_tasks_and_links_both_episodes(client) -> None:
     html = client.get("/compare?base=0&new=1").text
     assert "2 of 3 shared tasks changed their success rate" in html
     assert '<tr class="task-row flipped up" data-task="mock/transfer/20">' in html
@@ -81,7 +81,7 @@ def test_compare_finds_the_flipped_tasks_and_links_both_episodes(client) -> None
     assert pair.count('<section class="verdict">') == 2 and "side-1" in pair and "side-2" in pair
 
 
-def test_a_token_guards_the_viewer_when_one_is_set(runs) -> None:  # noqa: ANN001
+def test_a_token_guards_the_viewer_when_one_is_set(runs) -> None:
     guarded = TestClient(viewer_app(runs, 4, token="s3cret"))
     assert guarded.get("/").status_code == 401
     assert guarded.get("/", headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -92,7 +92,7 @@ def test_a_token_guards_the_viewer_when_one_is_set(runs) -> None:  # noqa: ANN00
     assert guarded.get("/").status_code == 200  # the cookie now
 
 
-def test_export_writes_pages_whose_links_resolve(runs, tmp_path: Path) -> None:  # noqa: ANN001
+def test_export_writes_pages_whose_links_resolve(runs, tmp_path: Path) -> None:
     from tbx.view.export import export_site
 
     written = export_site(runs, tmp_path / "site", page_size=4)
@@ -105,7 +105,7 @@ def test_export_writes_pages_whose_links_resolve(runs, tmp_path: Path) -> None: 
     assert len([n for n in names if n.startswith("run1-mock_")]) == 6
 
 
-def test_every_run_of_a_store_url(runs) -> None:  # noqa: ANN001
+def test_every_run_of_a_store_url(runs) -> None:
     stored = load_runs([], runs[1].source)  # the trained run's results.sqlite, as a URL
     assert [(r.name, r.k, r.run_dir) for r in stored] == [(runs[1].run_id, 2, None)]
     client = TestClient(viewer_app(stored, 4))
@@ -126,7 +126,7 @@ def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
     assert len(out.stderr.strip().splitlines()) == 1
 
 
-def test_training_curves_beside_a_run_are_shown(runs, tmp_path: Path) -> None:  # noqa: ANN001
+def test_training_curves_beside_a_run_are_shown(runs, tmp_path: Path) -> None:
     from tbx.plots.training import training_curves_figure
     from tbx.view.export import export_site
     from tests.test_training_curves import HISTORY

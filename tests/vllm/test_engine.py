@@ -26,7 +26,7 @@ from tests.vllm.servers import vllm_server
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
-def attached(server, **changes) -> ModelConfig:  # noqa: ANN001
+def attached(server, **changes) -> ModelConfig:
     """The model config of `server`'s model, pointed at it (tbx starts nothing)."""
     model = ModelConfig(name=server.spec.served_name, path=server.spec.directory, few_shot=True,
                         endpoint=EndpointConfig(base_url=server.base_url, model=server.spec.served_name))
@@ -55,10 +55,10 @@ def test_seeded_turns_are_reproduced_and_carry_their_weights(smollm2_vllm):
     policy = VLLMPolicy(serve(attached(smollm2_vllm, max_new_tokens=24)))
     ids = prompt(policy, REQUESTS[0])
 
-    async def sample(seed: int):  # noqa: ANN202
+    async def sample(seed: int):
         return await policy.generate(ids, seed)
 
-    async def main():  # noqa: ANN202
+    async def main():
         try:
             return await asyncio.gather(sample(7), sample(7), sample(8), sample(9))
         finally:
@@ -135,12 +135,12 @@ def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_l
         class KillingUser(UserSimulator):
             """Answers the agent's first turn after killing the server's engine processes."""
 
-            def session(self, scenario, seed):  # noqa: ANN001, ANN202
+            def session(self, scenario, seed):
                 class Session(UserSession):
                     def opening(self) -> str:
                         return scenario.opening_message
 
-                    async def reply(self, conversation) -> UserTurn:  # noqa: ANN001
+                    async def reply(self, conversation) -> UserTurn:
                         for pid in engines:
                             os.kill(pid, signal.SIGKILL)
                         return UserTurn("Please go on.", False)

@@ -20,21 +20,21 @@ from tests.vllm.test_engine import attached
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 
-def hf_greedy(model, ids: tuple[int, ...], count: int) -> list[int]:  # noqa: ANN001
+def hf_greedy(model, ids: tuple[int, ...], count: int) -> list[int]:
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
                              max_new_tokens=count, do_sample=False)
     return out[0, len(ids):].tolist()
 
 
-def hf_logprobs(model, ids: tuple[int, ...], tokens: tuple[int, ...]) -> list[float]:  # noqa: ANN001
+def hf_logprobs(model, ids: tuple[int, ...], tokens: tuple[int, ...]) -> list[float]:
     with torch.no_grad():
         logits = model(torch.tensor([ids + tokens])).logits[0, len(ids) - 1:-1]
     return torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1).tolist()
 
 
-def served_greedy(policy: TrainablePolicy, ids: tuple[int, ...]):  # noqa: ANN201
-    async def main():  # noqa: ANN202
+def served_greedy(policy: TrainablePolicy, ids: tuple[int, ...]):
+    async def main():
         try:
             return await policy.generate(ids, seed=0)
         finally:
