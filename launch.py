@@ -27,7 +27,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
-from tbx.config_checks import check_composed, check_config, compose_config, config_object
+from tbx.config_checks import check_composed, compose_config, config_object
+from tbx.config_environment import check_config
 from tbx.durable import check_writable
 from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests

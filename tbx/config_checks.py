@@ -15,44 +15,38 @@ In the order launch.py meets them:
   Building the typed config runs `Config.__post_init__`, which checks the values a type cannot express
   (ranges, settings that must agree: tbx/config_values.py); enumerations are Enum fields and fail at
   composition, their choices named.
-- `check_config`: what needs the environment, checked only where the stage uses it: the endpoints the
-  run will call (URL, model, the key's environment variable: its name, never its value), a W&B login
-  for online logging, the served agent's token variable, the task path and domains, an installed vLLM.
+- then `check_config` (tbx/config_environment.py): what needs the environment, checked only where the
+  stage uses it.
 
-Pure apart from `composition_error` (it composes) and the environment reads of `check_config`
-(does the task path exist, is the key's variable set, is there a W&B login).
+Pure apart from `composition_error` (it composes).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 import math
-import os
 import re
 import typing
 from collections.abc import Iterator, Sequence
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 import tbx.config as tbx_config
-from tbx.config import Config, EndpointConfig
-from tbx.config_values import CONFIG, check_turn_timeout, fail
-from tbx.errors import ConfigError, InputError
-from tbx.traits import traits_of
+from tbx.config import Config
+from tbx.config_values import CONFIG
+from tbx.errors import ConfigError
 
-if TYPE_CHECKING:
-    from tbx.stages.registry import Stage
 _SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.sinks redacts for W&B
 _IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)", re.S)
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _OBJECT_TYPE = re.compile(r"object_type=(\w+)")
+_CHECKOUT = Path(tbx_config.__file__).parents[2]  # the folder holding tbx/
 _GIVEN = re.compile(r"Invalid value '([^']*)'")  # OmegaConf's words for a value outside an enumeration
 
-
-# --- composition ----------------------------------------------------------------------------------------------
 
 def compose_config(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> tuple[Any, ConfigError | None]:
     """Compose `config_name` with `overrides` as Hydra would: (the config, None), or (None, the first
@@ -113,6 +107,13 @@ def _choices(schema: Any, name: str) -> list[str] | None:
     return [member.value for member in declared] if isinstance(declared, type) and issubclass(declared, Enum) else None
 
 
+def _declared_in(schema: Any) -> str:
+    """The module that declares `schema`, a config group's dataclass: `tbx/config/players.py ModelConfig`."""
+    if not dataclasses.is_dataclass(schema):
+        return "tbx/config/"
+    return f"{Path(inspect.getfile(schema)).relative_to(_CHECKOUT)} {schema.__name__}"
+
+
 def _wrong_value(key: str, schema: Any, detail: str, value: Any, source: str) -> ConfigError:
     """A value of the wrong type or outside an enumeration, with the values or the type it takes."""
     choices = _choices(schema, key.rpartition(".")[2])
@@ -120,7 +121,7 @@ def _wrong_value(key: str, schema: Any, detail: str, value: Any, source: str) ->
         given = f"is {value!r}" if isinstance(value, str) else detail
         return ConfigError(source, key, given, f"use one of {', '.join(choices)}")
     declared = _schema_fields(schema).get(key.rpartition(".")[2])
-    where = f"tbx/config.py {schema.__name__}" if dataclasses.is_dataclass(schema) else "tbx/config.py"
+    where = _declared_in(schema)
     wanted = f"a value of type {declared}" if declared else "a value of the declared type"
     return ConfigError(source, key, detail, f"give {key} {wanted} (declared in {where})")
 
@@ -181,7 +182,7 @@ def _unknown_key_error(key: str, schema: Any, overrides: Sequence[str]) -> Confi
     fields = sorted(_schema_fields(schema))
     close = difflib.get_close_matches(name, fields, n=1)
     full = f"{prefix}.{close[0]}" if prefix and close else (close[0] if close else None)
-    where = f"tbx/config.py {schema.__name__}" if dataclasses.is_dataclass(schema) else "tbx/config.py"
+    where = _declared_in(schema)
     listing = f"{'t' if full else 'T'}he keys of {prefix or 'the config'} ({where}): {', '.join(fields)}"
     return ConfigError(_source(key, overrides), key, "unknown key",
                        (f"did you mean {full}? " if full else "") + listing)
@@ -276,132 +277,3 @@ def secret_value(dict_cfg: Any, overrides: Sequence[str] = ()) -> ConfigError | 
         if isinstance(value, float) and not math.isfinite(value):
             return ConfigError(where, full, f"is {value}, not a finite number", "give a finite number")
     return None
-
-
-# --- the environment ------------------------------------------------------------------------------------------
-
-def check_config(cfg: Config) -> None:
-    """Raise the first mistake among the settings this stage uses that needs the environment, as a
-    ConfigError (the values themselves were checked when the typed config was built)."""
-    from tbx.stages.registry import stage_of
-
-    stage = stage_of(cfg)
-    if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
-        raise fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
-                   "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
-    for check in stage.environment_checks:
-        check(cfg)
-    if stage.loads_tasks:
-        _check_tasks(cfg)
-    if stage.name == "train" and cfg.train.pool:
-        _check_pool_finetune(cfg, Path(cfg.train.pool))
-    for key, endpoint in _endpoints_used(cfg, stage):
-        _check_endpoint(cfg, key, endpoint)
-        if key == "model.endpoint":
-            check_turn_timeout(cfg, endpoint)
-    _check_engine(cfg, stage)
-
-
-def check_serve_token(cfg: Config) -> None:
-    token = cfg.serve.token_env
-    if token and not os.environ.get(token):
-        raise fail(cfg, "serve.token_env", f"names the environment variable {token}, which is not set",
-                   f"export {token}=<token> before launching, or serve.token_env=null on 127.0.0.1")
-
-
-def check_view_token(cfg: Config) -> None:
-    token = cfg.view.token_env
-    if cfg.view.export is None and token and not os.environ.get(token):
-        raise fail(cfg, "view.token_env", f"names the environment variable {token}, which is not set",
-                   f"export {token}=<token> before launching, or view.token_env=null on 127.0.0.1")
-
-
-def _plays_model(cfg: Config, stage: Stage) -> bool:
-    return stage.plays_episodes and traits_of(cfg.policy._target_, "policy").plays_model
-
-
-def _check_engine(cfg: Config, stage: Stage) -> None:
-    """model.kind=vllm: its requests keep the endpoint's retry budget, within the turn limit; without an
-    endpoint tbx starts vLLM, so an interpreter with vLLM must exist."""
-    if cfg.model.kind != "vllm" or not _plays_model(cfg, stage):
-        return
-    check_turn_timeout(cfg, cfg.model.endpoint)
-    if cfg.model.endpoint.base_url:
-        return
-    from tbx.vllm_spec import vllm_python
-
-    try:
-        vllm_python(cfg.model.server)
-    except ConfigError as exc:
-        raise fail(cfg, "model.server.python", exc.problem, exc.fix) from None
-
-
-def _wandb_login() -> bool:
-    """Whether W&B can log in without asking: a key in the environment or a login in ~/.netrc."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
-    try:
-        return "api.wandb.ai" in netrc.read_text()
-    except OSError:
-        return False
-
-
-def _check_tasks(cfg: Config) -> None:
-    from tbx.domains import domain_names
-
-    tasks = cfg.tasks
-    for name in tasks.domains:
-        if name not in domain_names():
-            raise fail(cfg, "tasks.domains", f"names the unknown domain {name!r}",
-                        f"use domains of {', '.join(domain_names())}")
-    if not tasks.domains and not tasks.path:
-        raise fail(cfg, "tasks.path", "is not set and no bundled domain is named",
-                    "give tasks.path=FILE_OR_DIR, or pick a bundled set (tasks=travel, tasks=sample)")
-    if tasks.path:  # by type and size only: nothing is read before the stage starts
-        from tbx.tasks.files import task_files
-
-        try:
-            task_files(Path(tasks.path).expanduser())
-        except InputError as exc:
-            raise ConfigError(exc.source, exc.field, exc.problem,
-                              f"{exc.fix} (tasks.path, set for tasks={tasks.name})") from None
-
-
-def _check_pool_finetune(cfg: Config, path: Path) -> None:
-    """Both trainers train as the pool manifest was selected (full parameters or LoRA); a `pool=` that says
-    otherwise would be ignored, so it is refused."""
-    if not path.is_file():
-        return  # the stage names a missing manifest itself
-    from tbx.catalog import load_manifest
-
-    manifest = load_manifest(str(path), "train.pool")
-    if manifest.finetune != cfg.pool.finetune:
-        option = manifest.pool.get("name") or "?"
-        raise fail(cfg, "pool.finetune", f"is {cfg.pool.finetune}, but train.pool ({path}) was selected for "
-                   f"{manifest.finetune}", f"give pool={option} (the pool's own option) or pool.finetune="
-                   f"{manifest.finetune}")
-
-
-def _endpoints_used(cfg: Config, stage: Stage) -> list[tuple[str, EndpointConfig]]:
-    """The endpoints the run calls: the model's when its policy plays the model through one, and the user's
-    and the judge's where the stage uses that group and its component calls an LLM."""
-    used = []
-    if cfg.model.kind == "openai" and _plays_model(cfg, stage):
-        used.append(("model.endpoint", cfg.model.endpoint))
-    if "user" in stage.uses and traits_of(cfg.user._target_, "user").needs_llm:
-        used.append(("user.endpoint", cfg.user.endpoint))
-    if "judge" in stage.uses and traits_of(cfg.judge._target_, "judge").needs_llm:
-        used.append(("judge.endpoint", cfg.judge.endpoint))
-    return used
-
-
-def _check_endpoint(cfg: Config, key: str, endpoint: EndpointConfig) -> None:
-    if not endpoint.base_url:
-        raise fail(cfg, f"{key}.base_url", "is not set", f"give {key}.base_url=http://HOST:PORT/v1")
-    if not endpoint.model:
-        raise fail(cfg, f"{key}.model", "is not set", f"give {key}.model=NAME (the name the server serves)")
-    variable = endpoint.api_key_env
-    if variable and not os.environ.get(variable):
-        raise fail(cfg, f"{key}.api_key_env", f"names the environment variable {variable}, which is not set",
-                    f"export {variable}=<key> before launching, or {key}.api_key_env=null for a server without a key")

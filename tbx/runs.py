@@ -3,7 +3,7 @@
 A run is named by a hash of everything that can change its results, so the same command lands in
 the same folder and resumes there, and a changed input never resumes an old run:
 
-- every config setting, derived from the schema (`tbx/config.py`): a field counts unless its
+- every config setting, derived from the schema (`tbx/config/`): a field counts unless its
   metadata marks it as not changing results (`NOT_IDENTITY`: paths, logging, concurrency, waits),
   and a group marked `STAGE_GROUP` counts only for the stages that use it (their `uses` in
   tbx/stages/registry.py), so a new field counts until someone decides otherwise;

@@ -20,7 +20,7 @@ class EpisodeLimits:
 
 
 def episode_limits(cfg: Config) -> EpisodeLimits:
-    """The limits of every episode a run plays (the `eval` group; tbx/config.py documents each)."""
+    """The limits of every episode a run plays (the `eval` group; tbx/config/episodes.py documents each)."""
     e = cfg.eval
     return EpisodeLimits(max_turns=e.max_turns, turn_timeout_s=e.turn_timeout_s, call_timeout_s=e.call_timeout_s,
                          episode_timeout_s=e.episode_timeout_s)

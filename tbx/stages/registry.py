@@ -1,6 +1,6 @@
 """Every stage, declared once: its run function, the config groups it uses, what it plays and loads, whether
 it shards, and the checks of its settings. The run's identity (`tbx/runs.py`), the config checks
-(`tbx/config_values.py`, `tbx/config_checks.py`), the job plan (`tbx/launch/`) and dispatch all read a stage's
+(`tbx/config_values.py`, `tbx/config_environment.py`), the job plan (`tbx/launch/`) and dispatch all read a stage's
 facts from here, so adding a stage is its module, one entry below and its option file `conf/stage/<name>.yaml`.
 (torchtune keeps one record per recipe the same way, `_recipe_registry.py`.)
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tbx import config_checks as env
+from tbx import config_environment as env
 from tbx import config_values as values
 from tbx.errors import ConfigError
 
@@ -34,7 +34,7 @@ class Stage:
     run: str  # "module:function", imported when the stage runs; the function takes the Config
     about: str  # what it does, in a few words (docs/architecture.md's stage table)
     # top-level Config fields whose settings count toward its runs' identity (the groups it uses); a field
-    # of tbx/config.py marked STAGE_GROUP counts for the stages that name it here only
+    # of tbx/config/ marked STAGE_GROUP counts for the stages that name it here only
     uses: tuple[str, ...] = ()
     plays_episodes: bool = False  # the configured policy plays episodes (its model is checked and counts)
     loads_tasks: bool = False  # it reads the `tasks` group's task set (checked before the run)

@@ -4,8 +4,8 @@ status 2, and has touched nothing (a run already in the folder is kept as it was
 
 Config mistakes go through real Hydra composition (`tbx.config_checks.composition_error`, what
 launch.py runs first: enumerations are refused there), the value checks the typed config runs when it is
-built (`Config.__post_init__`, tbx/config_values.py) and the environment checks (`check_config`); a few go
-through `launch.py` itself.
+built (`Config.__post_init__`, tbx/config_values.py) and the environment checks (`check_config`,
+tbx/config_environment.py); a few go through `launch.py` itself.
 Task-file mistakes add the cases `tests/tasks/test_loader.py` does not cover.
 """
 
@@ -24,7 +24,8 @@ import yaml
 from tbx.backend import make_backend
 from tbx.catalog import prepare_task, resolve_tasks
 from tbx.config import TasksConfig
-from tbx.config_checks import check_config, composition_error
+from tbx.config_checks import composition_error
+from tbx.config_environment import check_config
 from tbx.domains import get_domain
 from tbx.errors import ConfigError, TaskFormatError
 from tests.launch import compose_cfg

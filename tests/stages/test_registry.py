@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tbx.config import Config
-from tbx.config_checks import check_config
+from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.runs import identity_settings, run_identity
 from tbx.stages.registry import STAGES, Stage, stage_named, stage_table

@@ -11,7 +11,7 @@ import json
 import pytest
 
 import tbx.stages.train
-from tbx.config_checks import check_config
+from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
 from tests.launch import compose_cfg

@@ -1,0 +1,151 @@
+"""Checks of the configuration that need the environment, run by launch.py after the typed config is built
+(`check_config`): the endpoints the run will call (URL, model, the key's environment variable: its name, never
+its value), a W&B login for online logging, the served agent's or viewer's token variable, the task path and
+domains, a pool manifest's finetune, an installed vLLM. Each is checked only where the stage uses it (its
+registry entry, tbx/stages/registry.py), and each mistake is one `ConfigError` naming the file, the field and
+the fix. The composition checks before it are tbx/config_checks.py's; the values a type cannot express,
+tbx/config_values.py's.
+
+Reads the environment only: does the task path exist, is the key's variable set, is there a W&B login.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tbx.config import Config, EndpointConfig
+from tbx.config_values import check_turn_timeout, fail
+from tbx.errors import ConfigError, InputError
+from tbx.traits import traits_of
+
+if TYPE_CHECKING:
+    from tbx.stages.registry import Stage
+
+
+def check_config(cfg: Config) -> None:
+    """Raise the first mistake among the settings this stage uses that needs the environment, as a
+    ConfigError (the values themselves were checked when the typed config was built)."""
+    from tbx.stages.registry import stage_of
+
+    stage = stage_of(cfg)
+    if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
+        raise fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
+                   "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
+    for check in stage.environment_checks:
+        check(cfg)
+    if stage.loads_tasks:
+        _check_tasks(cfg)
+    if stage.name == "train" and cfg.train.pool:
+        _check_pool_finetune(cfg, Path(cfg.train.pool))
+    for key, endpoint in _endpoints_used(cfg, stage):
+        _check_endpoint(cfg, key, endpoint)
+        if key == "model.endpoint":
+            check_turn_timeout(cfg, endpoint)
+    _check_engine(cfg, stage)
+
+
+def check_serve_token(cfg: Config) -> None:
+    token = cfg.serve.token_env
+    if token and not os.environ.get(token):
+        raise fail(cfg, "serve.token_env", f"names the environment variable {token}, which is not set",
+                   f"export {token}=<token> before launching, or serve.token_env=null on 127.0.0.1")
+
+
+def check_view_token(cfg: Config) -> None:
+    token = cfg.view.token_env
+    if cfg.view.export is None and token and not os.environ.get(token):
+        raise fail(cfg, "view.token_env", f"names the environment variable {token}, which is not set",
+                   f"export {token}=<token> before launching, or view.token_env=null on 127.0.0.1")
+
+
+def _plays_model(cfg: Config, stage: Stage) -> bool:
+    return stage.plays_episodes and traits_of(cfg.policy._target_, "policy").plays_model
+
+
+def _check_engine(cfg: Config, stage: Stage) -> None:
+    """model.kind=vllm: its requests keep the endpoint's retry budget, within the turn limit; without an
+    endpoint tbx starts vLLM, so an interpreter with vLLM must exist."""
+    if cfg.model.kind != "vllm" or not _plays_model(cfg, stage):
+        return
+    check_turn_timeout(cfg, cfg.model.endpoint)
+    if cfg.model.endpoint.base_url:
+        return
+    from tbx.vllm_spec import vllm_python
+
+    try:
+        vllm_python(cfg.model.server)
+    except ConfigError as exc:
+        raise fail(cfg, "model.server.python", exc.problem, exc.fix) from None
+
+
+def _wandb_login() -> bool:
+    """Whether W&B can log in without asking: a key in the environment or a login in ~/.netrc."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    netrc = Path(os.environ.get("NETRC") or Path.home() / ".netrc")
+    try:
+        return "api.wandb.ai" in netrc.read_text()
+    except OSError:
+        return False
+
+
+def _check_tasks(cfg: Config) -> None:
+    from tbx.domains import domain_names
+
+    tasks = cfg.tasks
+    for name in tasks.domains:
+        if name not in domain_names():
+            raise fail(cfg, "tasks.domains", f"names the unknown domain {name!r}",
+                        f"use domains of {', '.join(domain_names())}")
+    if not tasks.domains and not tasks.path:
+        raise fail(cfg, "tasks.path", "is not set and no bundled domain is named",
+                    "give tasks.path=FILE_OR_DIR, or pick a bundled set (tasks=travel, tasks=sample)")
+    if tasks.path:  # by type and size only: nothing is read before the stage starts
+        from tbx.tasks.files import task_files
+
+        try:
+            task_files(Path(tasks.path).expanduser())
+        except InputError as exc:
+            raise ConfigError(exc.source, exc.field, exc.problem,
+                              f"{exc.fix} (tasks.path, set for tasks={tasks.name})") from None
+
+
+def _check_pool_finetune(cfg: Config, path: Path) -> None:
+    """Both trainers train as the pool manifest was selected (full parameters or LoRA); a `pool=` that says
+    otherwise would be ignored, so it is refused."""
+    if not path.is_file():
+        return  # the stage names a missing manifest itself
+    from tbx.catalog import load_manifest
+
+    manifest = load_manifest(str(path), "train.pool")
+    if manifest.finetune != cfg.pool.finetune:
+        option = manifest.pool.get("name") or "?"
+        raise fail(cfg, "pool.finetune", f"is {cfg.pool.finetune}, but train.pool ({path}) was selected for "
+                   f"{manifest.finetune}", f"give pool={option} (the pool's own option) or pool.finetune="
+                   f"{manifest.finetune}")
+
+
+def _endpoints_used(cfg: Config, stage: Stage) -> list[tuple[str, EndpointConfig]]:
+    """The endpoints the run calls: the model's when its policy plays the model through one, and the user's
+    and the judge's where the stage uses that group and its component calls an LLM."""
+    used = []
+    if cfg.model.kind == "openai" and _plays_model(cfg, stage):
+        used.append(("model.endpoint", cfg.model.endpoint))
+    if "user" in stage.uses and traits_of(cfg.user._target_, "user").needs_llm:
+        used.append(("user.endpoint", cfg.user.endpoint))
+    if "judge" in stage.uses and traits_of(cfg.judge._target_, "judge").needs_llm:
+        used.append(("judge.endpoint", cfg.judge.endpoint))
+    return used
+
+
+def _check_endpoint(cfg: Config, key: str, endpoint: EndpointConfig) -> None:
+    if not endpoint.base_url:
+        raise fail(cfg, f"{key}.base_url", "is not set", f"give {key}.base_url=http://HOST:PORT/v1")
+    if not endpoint.model:
+        raise fail(cfg, f"{key}.model", "is not set", f"give {key}.model=NAME (the name the server serves)")
+    variable = endpoint.api_key_env
+    if variable and not os.environ.get(variable):
+        raise fail(cfg, f"{key}.api_key_env", f"names the environment variable {variable}, which is not set",
+                    f"export {variable}=<key> before launching, or {key}.api_key_env=null for a server without a key")
