@@ -1,4 +1,6 @@
-"""Domains: each a folder with schema.py, seed.py, tools.py, tasks.py and policy.md.
+"""Domains: each a folder with schema.py, seed.py, tools.py, tasks.py and policy.md. Where tools.py or tasks.py
+would grow long, rows.py holds the row reads and writes its tools share and task_parts.py the parts its task
+families are built from (vocabulary, shared builders).
 
 A domain is found by name (a task's `domain` field) through this registry and imported lazily.
 No domain imports another.

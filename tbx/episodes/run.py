@@ -18,6 +18,7 @@ import asyncio
 import importlib
 import time
 from functools import cache
+from pathlib import Path
 
 from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_delta
@@ -38,8 +39,11 @@ from tbx.waits import bounded, off_loop
 
 @cache
 def tools_hash(domain: str) -> str:
+    """The version of a domain's tool code: its tools.py and schema.py, with rows.py where it has one."""
     package = f"tbx.domains.{domain}"
-    return source_hash(importlib.import_module(f"{package}.tools"), importlib.import_module(f"{package}.schema"))
+    tools = importlib.import_module(f"{package}.tools")
+    rows = [importlib.import_module(f"{package}.rows")] if Path(tools.__file__).with_name("rows.py").is_file() else []
+    return source_hash(tools, importlib.import_module(f"{package}.schema"), *rows)
 
 
 @cache

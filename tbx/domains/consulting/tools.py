@@ -12,10 +12,19 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from sqlalchemy import func, insert, select, update
 
+from tbx.domains.consulting.rows import (
+    MODIFIED,
+    client_row,
+    consultant_row,
+    decide_expense,
+    engagement_row,
+    invoice_row,
+    log_event,
+    money,
+)
 from tbx.domains.consulting.schema import (
     approval_requests,
     assignments,
-    audit_log,
     cases,
     clients,
     consultants,
@@ -31,36 +40,10 @@ from tbx.domains.consulting.schema import (
     time_entries,
     timesheet_periods,
 )
-from tbx.domains.kit import CENT, fetch_one, fetch_rows, parse_money, record_once
+from tbx.domains.kit import CENT, fetch_one, fetch_rows, record_once
 from tbx.tools import ToolFailure, tool
 
 CASE_CATEGORIES = ("unauthorized_invoice_request", "closed_period_correction", "other")
-MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
-
-
-def _client(db, client_code: str) -> dict:
-    return fetch_one(db, clients, client_code.strip().upper(), "client", clients.c.client_code, quote=True)
-
-
-def _consultant(db, consultant_id: int) -> dict:
-    return fetch_one(db, consultants, consultant_id, "consultant", quote=True)
-
-
-def _engagement(db, code: str) -> dict:
-    return fetch_one(db, engagements, code.strip().upper(), "engagement", engagements.c.code, quote=True)
-
-
-def _invoice(db, invoice_number: str) -> dict:
-    return fetch_one(db, invoices, invoice_number.strip().upper(), "invoice", invoices.c.invoice_number, quote=True)
-
-
-def _number(value: float, name: str, allow_zero: bool = False) -> Decimal:
-    return parse_money(value, name, allow_zero, cents_message="{name} {amount} has more than two decimals",
-                       sign_message="{name} must be " + ("zero or more" if allow_zero else "greater than zero"))
-
-
-def _log(db, event: str) -> None:
-    db.execute(insert(audit_log).values(event=event))
 
 
 @tool("write")
@@ -74,7 +57,7 @@ def verify_billing_contact(db, client_code: str, email: str) -> dict:
         client_code: The client code the caller gave, e.g. "NL-482".
         email: The caller's email address.
     """
-    row = _client(db, client_code)
+    row = client_row(db, client_code)
     if email.strip().lower() != row["billing_contact_email"].lower():
         return {"verified": False, "reason": f"{email.strip()} is not the billing contact of {row['client_code']}"}
     record_once(db, identity_checks, client_id=row["id"], consultant_id=None)
@@ -90,7 +73,7 @@ def verify_consultant(db, consultant_id: int, email: str) -> dict:
         consultant_id: The consultant's numeric ID.
         email: The caller's work email address.
     """
-    row = _consultant(db, consultant_id)
+    row = consultant_row(db, consultant_id)
     if email.strip().lower() != row["email"].lower():
         return {"verified": False, "reason": f"the email does not match consultant {consultant_id}"}
     record_once(db, identity_checks, client_id=None, consultant_id=consultant_id)
@@ -104,7 +87,7 @@ def get_client(db, client_code: str) -> dict:
     Args:
         client_code: The client code, e.g. "NL-482".
     """
-    row = _client(db, client_code)
+    row = client_row(db, client_code)
     row.pop("billing_contact_email")
     row["engagements"] = fetch_rows(db, select(engagements.c.id, engagements.c.code, engagements.c.name,
                                           engagements.c.status).where(engagements.c.client_id == row["id"]))
@@ -120,7 +103,7 @@ def get_engagement(db, engagement_code: str) -> dict:
     Args:
         engagement_code: The engagement code, e.g. "ENG-4821".
     """
-    row = _engagement(db, engagement_code)
+    row = engagement_row(db, engagement_code)
     row["client"] = fetch_rows(db, select(clients.c.client_code, clients.c.name, clients.c.tier)
                           .where(clients.c.id == row["client_id"]))[0]
     orders = fetch_rows(db, select(purchase_orders).where(purchase_orders.c.engagement_id == row["id"]))
@@ -139,7 +122,7 @@ def get_invoice(db, invoice_number: str) -> dict:
     Args:
         invoice_number: The invoice number, e.g. "INV-26-4821".
     """
-    row = _invoice(db, invoice_number)
+    row = invoice_row(db, invoice_number)
     row["lines"] = fetch_rows(db, select(invoice_lines).where(invoice_lines.c.invoice_id == row["id"])
                          .order_by(invoice_lines.c.id))
     row["credits_applied"] = fetch_rows(db, select(invoice_credits).where(invoice_credits.c.invoice_id == row["id"]))
@@ -173,7 +156,7 @@ def list_time_entries(db, consultant_id: int) -> list[dict]:
     Args:
         consultant_id: The consultant's numeric ID.
     """
-    _consultant(db, consultant_id)
+    consultant_row(db, consultant_id)
     query = (select(time_entries.c.id, time_entries.c.work_date, time_entries.c.hours, time_entries.c.status,
                     engagements.c.code.label("engagement_code"), time_entries.c.period_id,
                     timesheet_periods.c.status.label("period_status"))
@@ -196,7 +179,7 @@ def list_expenses(db, consultant_id: int) -> list[dict]:
     Args:
         consultant_id: The consultant's numeric ID.
     """
-    _consultant(db, consultant_id)
+    consultant_row(db, consultant_id)
     rows = fetch_rows(db, select(expenses).where(expenses.c.consultant_id == consultant_id).order_by(expenses.c.id))
     return [{k: v for k, v in r.items() if k != "updated_at"} for r in rows]
 
@@ -210,8 +193,8 @@ def apply_invoice_credit(db, invoice_number: str, amount: float, reason: str) ->
         amount: The credit in dollars, greater than zero, at most two decimals.
         reason: Why the credit is given, in a sentence.
     """
-    value = _number(amount, "amount")
-    row = _invoice(db, invoice_number)
+    value = money(amount, "amount")
+    row = invoice_row(db, invoice_number)
     if row["status"] == "paid":
         raise ToolFailure(f"invoice {row['invoice_number']} is paid; credits on paid invoices go through finance")
     if value > Decimal(str(row["total"])):
@@ -221,7 +204,7 @@ def apply_invoice_credit(db, invoice_number: str, amount: float, reason: str) ->
     total = Decimal(str(row["total"])) - value
     db.execute(update(invoices).where(invoices.c.id == row["id"]).values(
         credits=Decimal(str(row["credits"])) + value, total=total, updated_at=MODIFIED))
-    _log(db, f"apply_invoice_credit invoice={row['id']} credit={new_id}")
+    log_event(db, f"apply_invoice_credit invoice={row['id']} credit={new_id}")
     return {"credit_id": new_id, "invoice_number": row["invoice_number"], "new_total": total}
 
 
@@ -234,12 +217,12 @@ def request_partner_approval(db, invoice_number: str, amount: float, reason: str
         amount: The credit to approve, in dollars.
         reason: The request as the partner will read it, in a sentence.
     """
-    value = _number(amount, "amount")
-    row = _invoice(db, invoice_number)
+    value = money(amount, "amount")
+    row = invoice_row(db, invoice_number)
     partner = db.execute(select(engagements.c.partner_id).where(engagements.c.id == row["engagement_id"])).scalar()
     new_id = db.execute(insert(approval_requests).values(invoice_id=row["id"], approver_id=partner, amount=value,
                                                          status="pending", reason=reason)).inserted_primary_key[0]
-    _log(db, f"request_partner_approval invoice={row['id']} request={new_id}")
+    log_event(db, f"request_partner_approval invoice={row['id']} request={new_id}")
     return {"approval_request_id": new_id, "approver_id": partner, "status": "pending"}
 
 
@@ -251,10 +234,10 @@ def set_invoice_discount(db, invoice_number: str, discount_percent: float) -> di
         invoice_number: The invoice number, e.g. "INV-26-4821".
         discount_percent: The discount in percent of the subtotal, e.g. 5 for 5%.
     """
-    percent = _number(discount_percent, "discount_percent", allow_zero=True)
+    percent = money(discount_percent, "discount_percent", allow_zero=True)
     if percent >= 100:
         raise ToolFailure("discount_percent must be below 100")
-    row = _invoice(db, invoice_number)
+    row = invoice_row(db, invoice_number)
     if row["status"] != "draft":
         raise ToolFailure(f"invoice {row['invoice_number']} is {row['status']}; only a draft invoice is re-priced")
     subtotal = Decimal(str(row["subtotal"]))
@@ -262,7 +245,7 @@ def set_invoice_discount(db, invoice_number: str, discount_percent: float) -> di
     total = subtotal - discount - Decimal(str(row["credits"]))
     db.execute(update(invoices).where(invoices.c.id == row["id"]).values(
         discount_percent=percent, discount_amount=discount, total=total, updated_at=MODIFIED))
-    _log(db, f"set_invoice_discount invoice={row['id']} percent={percent}")
+    log_event(db, f"set_invoice_discount invoice={row['id']} percent={percent}")
     return {"invoice_number": row["invoice_number"], "discount_amount": discount, "total": total}
 
 
@@ -275,13 +258,13 @@ def correct_time_entry(db, entry_id: int, hours: float, reason: str) -> dict:
         hours: The corrected hours, more than 0 and at most 24.
         reason: Why the entry is corrected, in a few words.
     """
-    value = _number(hours, "hours")
+    value = money(hours, "hours")
     if value > 24:
         raise ToolFailure("hours must be at most 24")
     row = fetch_one(db, time_entries, entry_id, "time entry", quote=True)
     db.execute(update(time_entries).where(time_entries.c.id == entry_id).values(
         hours=value, status="submitted", note=reason, updated_at=MODIFIED))
-    _log(db, f"correct_time_entry entry={entry_id} reason={reason[:80]}")
+    log_event(db, f"correct_time_entry entry={entry_id} reason={reason[:80]}")
     return {"entry_id": entry_id, "old_hours": row["hours"], "hours": value, "status": "submitted"}
 
 
@@ -296,11 +279,11 @@ def log_time(db, consultant_id: int, engagement_code: str, work_date: str, hours
         hours: Hours worked that day, more than 0 and at most 24.
         note: What was done, in a few words.
     """
-    value = _number(hours, "hours")
+    value = money(hours, "hours")
     if value > 24:
         raise ToolFailure("hours must be at most 24")
-    _consultant(db, consultant_id)
-    eng = _engagement(db, engagement_code)
+    consultant_row(db, consultant_id)
+    eng = engagement_row(db, engagement_code)
     try:
         day = dt.date.fromisoformat(work_date.strip()).isoformat()
     except ValueError as exc:
@@ -312,18 +295,8 @@ def log_time(db, consultant_id: int, engagement_code: str, work_date: str, hours
     new_id = db.execute(insert(time_entries).values(consultant_id=consultant_id, engagement_id=eng["id"],
                                                     period_id=period, work_date=day, hours=value,
                                                     status="submitted", note=note)).inserted_primary_key[0]
-    _log(db, f"log_time entry={new_id}")
+    log_event(db, f"log_time entry={new_id}")
     return {"entry_id": new_id, "period_id": period, "status": "submitted"}
-
-
-def _decide(db, expense_id: int, status: str, note: str | None) -> dict:
-    row = fetch_one(db, expenses, expense_id, "expense", quote=True)
-    if row["status"] != "submitted":
-        raise ToolFailure(f"expense {expense_id} is already {row['status']}")
-    db.execute(update(expenses).where(expenses.c.id == expense_id).values(status=status, decision_note=note,
-                                                                          updated_at=MODIFIED))
-    _log(db, f"{status} expense={expense_id}")
-    return {"expense_id": expense_id, "status": status, "amount": row["amount"]}
 
 
 @tool("write")
@@ -333,7 +306,7 @@ def approve_expense(db, expense_id: int) -> dict:
     Args:
         expense_id: The expense's numeric ID.
     """
-    return _decide(db, expense_id, "approved", None)
+    return decide_expense(db, expense_id, "approved", None)
 
 
 @tool("write", free_args=("reason",))
@@ -344,7 +317,7 @@ def reject_expense(db, expense_id: int, reason: str) -> dict:
         expense_id: The expense's numeric ID.
         reason: Why it is rejected, in a sentence the consultant will read.
     """
-    return _decide(db, expense_id, "rejected", reason)
+    return decide_expense(db, expense_id, "rejected", reason)
 
 
 @tool("write")
@@ -358,11 +331,11 @@ def assign_consultant(db, engagement_code: str, consultant_id: int, hourly_rate:
         hourly_rate: The hourly rate billed to the client, in dollars.
         planned_hours: The hours planned for the consultant.
     """
-    rate, hours = _number(hourly_rate, "hourly_rate"), _number(planned_hours, "planned_hours")
-    eng = _engagement(db, engagement_code)
+    rate, hours = money(hourly_rate, "hourly_rate"), money(planned_hours, "planned_hours")
+    eng = engagement_row(db, engagement_code)
     if eng["status"] != "active":
         raise ToolFailure(f"engagement {eng['code']} is {eng['status']}")
-    if _consultant(db, consultant_id)["status"] != "active":
+    if consultant_row(db, consultant_id)["status"] != "active":
         raise ToolFailure(f"consultant {consultant_id} is not active")
     order = db.execute(select(purchase_orders).where(purchase_orders.c.engagement_id == eng["id"],
                                                      purchase_orders.c.status == "open")).mappings().first()
@@ -374,7 +347,7 @@ def assign_consultant(db, engagement_code: str, consultant_id: int, hourly_rate:
     committed = Decimal(str(order["committed"])) + (rate * hours).quantize(CENT, rounding=ROUND_HALF_UP)
     db.execute(update(purchase_orders).where(purchase_orders.c.id == order["id"]).values(
         committed=committed, updated_at=MODIFIED))
-    _log(db, f"assign_consultant engagement={eng['id']} assignment={new_id}")
+    log_event(db, f"assign_consultant engagement={eng['id']} assignment={new_id}")
     return {"assignment_id": new_id, "po_number": order["po_number"], "committed": committed,
             "budget_cap": order["budget_cap"]}
 
@@ -388,11 +361,11 @@ def request_po_increase(db, po_number: str, amount: float, reason: str) -> dict:
         amount: The increase asked for, in dollars.
         reason: What the increase is for, in a sentence.
     """
-    value = _number(amount, "amount")
+    value = money(amount, "amount")
     order = fetch_one(db, purchase_orders, po_number.strip().upper(), "purchase order", purchase_orders.c.po_number, quote=True)
     new_id = db.execute(insert(po_change_requests).values(po_id=order["id"], amount=value, status="pending",
                                                           reason=reason)).inserted_primary_key[0]
-    _log(db, f"request_po_increase po={order['id']} request={new_id}")
+    log_event(db, f"request_po_increase po={order['id']} request={new_id}")
     return {"request_id": new_id, "status": "pending"}
 
 
@@ -408,13 +381,13 @@ def open_case(db, category: str, summary: str, client_code: str = "", consultant
     """
     if category not in CASE_CATEGORIES:
         raise ToolFailure(f"category must be one of {', '.join(CASE_CATEGORIES)}, not {category!r}")
-    client_id = _client(db, client_code)["id"] if client_code.strip() else None
+    client_id = client_row(db, client_code)["id"] if client_code.strip() else None
     if consultant_id:
-        _consultant(db, consultant_id)
+        consultant_row(db, consultant_id)
     if client_id is None and not consultant_id:
         raise ToolFailure("give the client_code or the consultant_id the case is about")
     new_id = db.execute(insert(cases).values(client_id=client_id, consultant_id=consultant_id or None,
                                              category=category, status="open", summary=summary)
                         ).inserted_primary_key[0]
-    _log(db, f"open_case case={new_id}")
+    log_event(db, f"open_case case={new_id}")
     return {"case_id": new_id, "status": "open"}
