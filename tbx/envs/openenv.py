@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from tbx.envs.episodes import Episode, TaskSet
@@ -38,92 +39,100 @@ def load(*overrides: str, consumer: str = CONSUMER) -> TaskSet:
     return TaskSet.load(consumer, *overrides)
 
 
+def _observation(name: str, text: str, episode: Episode, **more: Any) -> Any:
+    """A `CallToolObservation` of `text`: the verdict's reward and outcome once the episode is over."""
+    from openenv.core.env_server import CallToolObservation
+
+    result = episode.result
+    metadata = {"task_id": episode.task_id, "attempt": episode.attempt} | more
+    if result is None:
+        return CallToolObservation(tool_name=name, result=text, done=False, metadata=metadata)
+    metadata |= {"outcome": result.outcome.value, "train": result.outcome not in ERROR_OUTCOMES}
+    return CallToolObservation(tool_name=name, result=text, done=True, reward=result.reward, metadata=metadata)
+
+
+class _Session:
+    """One OpenEnv session's episodes over a task set. `environment_factory` mixes it into OpenEnv's
+    `Environment` (imported only then) and binds the class attributes below, which the sessions of one
+    server share."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+    tasks: TaskSet
+    order: Iterator[str]  # the task a reset without task_id opens
+    listings: dict[str, list[Any]]  # each domain's tools as OpenEnv `Tool`s, listed once
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.episode: Episode | None = None
+
+    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
+                          task_id: str | None = None, **_: Any) -> Any:
+        await self._end()
+        self.episode = await self.tasks.aopen(task_id or next(self.order))
+        instructions = self.tasks.task(self.episode.task_id).policy
+        return _observation(GET_USER_MESSAGE, self.episode.opening, self.episode, instructions=instructions)
+
+    async def step_async(self, action: Any, timeout_s: float | None = None, **_: Any) -> Any:
+        from openenv.core.env_server import CallToolAction, ListToolsAction, ListToolsObservation
+
+        if self.episode is None:
+            raise RuntimeError("reset() opens an episode before any step")
+        if isinstance(action, ListToolsAction):
+            return ListToolsObservation(tools=await self._listing(self.episode.task_id))
+        if not isinstance(action, CallToolAction):
+            raise TypeError(f"tbx takes list_tools and call_tool actions, not {type(action).__name__}")
+        name, arguments = action.tool_name, dict(action.arguments)
+        if name == GET_USER_MESSAGE:
+            reply = await self.episode.auser_message()
+        elif name == REPLY_TO_USER:
+            reply = await self.episode.areply(str(arguments.get("text", "")))
+        else:
+            reply = await self.episode.acall_tool(name, arguments)
+        return _observation(name, reply.text, self.episode)
+
+    async def _listing(self, task_id: str) -> list[Any]:
+        from openenv.core.env_server import Tool
+
+        domain = self.tasks.task(task_id).domain
+        if domain not in self.listings:
+            listed = [*await domain_tools(domain, self.tasks.tools(task_id)), *USER_TOOLS]
+            self.listings[domain] = [Tool(name=t.name, description=t.description or "",
+                                          input_schema=t.input_schema) for t in listed]
+        return self.listings[domain]
+
+    def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
+              **_: Any) -> Any:
+        return run_loop(self.reset_async(seed, episode_id, task_id))
+
+    def step(self, action: Any, timeout_s: float | None = None, **_: Any) -> Any:
+        return run_loop(self.step_async(action, timeout_s))
+
+    @property
+    def state(self) -> Any:
+        from openenv.core.env_server import State
+
+        episode = self.episode
+        if episode is None:
+            return State()
+        outcome = episode.result.outcome.value if episode.result is not None else None
+        return State(episode_id=f"{episode.task_id}#{episode.attempt}", step_count=episode.steps,
+                     task_id=episode.task_id, outcome=outcome)
+
+    async def _end(self) -> None:
+        if self.episode is not None and not self.episode.over:
+            await self.episode.afinish()
+
+    def close(self) -> None:
+        if self.episode is not None and not self.episode.over:
+            self.episode.finish()
+
+
 def environment_factory(tasks: TaskSet):  # a class of openenv's Environment
     """The `Environment` class create_app instantiates per session, bound to `tasks`."""
-    from openenv.core.env_server import (
-        CallToolAction,
-        CallToolObservation,
-        Environment,
-        ListToolsAction,
-        ListToolsObservation,
-        State,
-        Tool,
-    )
+    from openenv.core.env_server import Environment
 
-    order = itertools.cycle(tasks.task_ids)
-    listings: dict[str, list[Tool]] = {}
-
-    async def listing(domain: str, task_id: str) -> list[Tool]:
-        if domain not in listings:
-            listed = [*await domain_tools(domain, tasks.tools(task_id)), *USER_TOOLS]
-            listings[domain] = [Tool(name=t.name, description=t.description or "", input_schema=t.input_schema)
-                                for t in listed]
-        return listings[domain]
-
-    def observe(name: str, text: str, episode: Episode, **more: Any) -> Any:
-        result = episode.result
-        metadata = {"task_id": episode.task_id, "attempt": episode.attempt} | more
-        if result is None:
-            return CallToolObservation(tool_name=name, result=text, done=False, metadata=metadata)
-        metadata |= {"outcome": result.outcome.value, "train": result.outcome not in ERROR_OUTCOMES}
-        return CallToolObservation(tool_name=name, result=text, done=True, reward=result.reward, metadata=metadata)
-
-    class TbxEnvironment(Environment):
-        SUPPORTS_CONCURRENT_SESSIONS = True
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.episode: Episode | None = None
-
-        async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
-                              task_id: str | None = None, **_: Any) -> Any:
-            await self._end()
-            self.episode = await tasks.aopen(task_id or next(order))
-            instructions = tasks.task(self.episode.task_id).policy
-            return observe(GET_USER_MESSAGE, self.episode.opening, self.episode, instructions=instructions)
-
-        async def step_async(self, action: Any, timeout_s: float | None = None, **_: Any) -> Any:
-            if self.episode is None:
-                raise RuntimeError("reset() opens an episode before any step")
-            if isinstance(action, ListToolsAction):
-                domain = tasks.task(self.episode.task_id).domain
-                return ListToolsObservation(tools=await listing(domain, self.episode.task_id))
-            if not isinstance(action, CallToolAction):
-                raise TypeError(f"tbx takes list_tools and call_tool actions, not {type(action).__name__}")
-            name, arguments = action.tool_name, dict(action.arguments)
-            if name == GET_USER_MESSAGE:
-                reply = await self.episode.auser_message()
-            elif name == REPLY_TO_USER:
-                reply = await self.episode.areply(str(arguments.get("text", "")))
-            else:
-                reply = await self.episode.acall_tool(name, arguments)
-            return observe(name, reply.text, self.episode)
-
-        def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
-                  **_: Any) -> Any:
-            return run_loop(self.reset_async(seed, episode_id, task_id))
-
-        def step(self, action: Any, timeout_s: float | None = None, **_: Any) -> Any:
-            return run_loop(self.step_async(action, timeout_s))
-
-        @property
-        def state(self) -> Any:
-            episode = self.episode
-            if episode is None:
-                return State()
-            outcome = episode.result.outcome.value if episode.result is not None else None
-            return State(episode_id=f"{episode.task_id}#{episode.attempt}", step_count=episode.steps,
-                         task_id=episode.task_id, outcome=outcome)
-
-        async def _end(self) -> None:
-            if self.episode is not None and not self.episode.over:
-                await self.episode.afinish()
-
-        def close(self) -> None:
-            if self.episode is not None and not self.episode.over:
-                self.episode.finish()
-
-    return TbxEnvironment
+    bound = {"tasks": tasks, "order": itertools.cycle(tasks.task_ids), "listings": {}}
+    return type("TbxEnvironment", (_Session, Environment), bound)
 
 
 def app(tasks: TaskSet):  # a FastAPI app

@@ -17,8 +17,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
+from collections.abc import Coroutine
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from tbx.backend import Backend, State, dump_state
 from tbx.backend.state import state_delta
@@ -189,6 +191,29 @@ async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript,
     return ended_by
 
 
+async def _clone(runtime: TaskRuntime, backend: Backend, chaos: EpisodeFaults, call_timeout_s: float) -> Any:
+    """The episode's own database: a clone of the task's template, within `call_timeout_s`."""
+    try:
+        await chaos.connect(call_timeout_s)
+        return await bounded(off_loop(backend.clone, runtime.template), call_timeout_s, InfraError,
+                             "the database server")
+    except Exception as exc:
+        raise InfraError(f"could not clone the task database: {exc}") from exc
+
+
+async def _within_episode_timeout(conversation: Coroutine[Any, Any, str], episode_timeout_s: float) -> str:
+    """How the conversation ended, or an InfraError when it outlasts `episode_timeout_s`."""
+    deadline = asyncio.timeout(episode_timeout_s)
+    try:
+        async with deadline:
+            return await conversation
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise InfraError(f"the episode did not end within {episode_timeout_s:g} s "
+                         "(eval.episode_timeout_s)") from None
+
+
 async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
                       judge: Judge | None, attempt: int, seed: int, limits: EpisodeLimits, *,
                       faults: FaultsConfig | None = None, fault_seed: int | None = None,
@@ -209,23 +234,11 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
     db = None
     call_timeout_s = limits.call_timeout_s
     try:
-        try:
-            await chaos.connect(call_timeout_s)
-            db = await bounded(off_loop(backend.clone, runtime.template), call_timeout_s, InfraError,
-                               "the database server")
-        except Exception as exc:
-            raise InfraError(f"could not clone the task database: {exc}") from exc
+        db = await _clone(runtime, backend, chaos, call_timeout_s)
         timings["clone"] = time.perf_counter() - start
-        deadline = asyncio.timeout(limits.episode_timeout_s)
-        try:
-            async with deadline:
-                ended_by = await _conversation(runtime, db, policy.agent(EpisodeContext(task, attempt, seed)), user,
-                                               log, limits, chaos, sessions, timings)
-        except TimeoutError:
-            if not deadline.expired():
-                raise
-            raise InfraError(f"the episode did not end within {limits.episode_timeout_s:g} s "
-                             "(eval.episode_timeout_s)") from None
+        agent = policy.agent(EpisodeContext(task, attempt, seed))
+        ended_by = await _within_episode_timeout(
+            _conversation(runtime, db, agent, user, log, limits, chaos, sessions, timings), limits.episode_timeout_s)
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
         final = await _final_state(runtime, backend, db, chaos, call_timeout_s)

@@ -42,8 +42,8 @@ from tbx.preemption import run_loop
 from tbx.records import PoolManifest, TrainState
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages
-from tbx.rl.native import TurnSample, grpo_update
-from tbx.rl.sampler import GroupSampler
+from tbx.rl.native import TurnSample, UpdateResult, grpo_update
+from tbx.rl.sampler import GroupSampler, StepBatch
 from tbx.runs import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store import open_store
@@ -102,6 +102,32 @@ class _Trainer:
     runtimes: dict[str, Any] = field(default_factory=dict)  # task id -> its prepared TaskRuntime
 
 
+def _step_metrics(cfg: Config, step: int, batch: StepBatch, samples: list[TurnSample], update: UpdateResult | None,
+                  scored: list[float], seconds: float, policy: TrainablePolicy) -> dict[str, Any]:
+    """The `train/` metrics of one step; `update` is None when no group had a sample to train on (then the
+    policy synced no weights), `scored` holds every reward of the run so far, this step's included."""
+    rewards = [e.reward for g in batch.groups for e in g.episodes]
+    metrics = {"train/step": step + 1, "train/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
+               "train/groups": len(batch.groups), "train/samples": len(samples),
+               "train/step_seconds": seconds,
+               "train/pool_pass_at_1_so_far": float(np.mean(scored)) if scored else 0.0}
+    metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
+    if update is not None:
+        # vLLM's log-probs are the raw (temperature-1) ones: compared with the trainer's only at temperature 1
+        gap = update.logprob_gap if cfg.model.temperature == 1.0 else float("nan")
+        metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
+                    "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
+                    "train/logprob_gap": gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
+    return metrics
+
+
+def _print_metrics(metrics: dict[str, Any]) -> None:
+    """One line of a step's metrics on stderr (of the sampler's, only the zero-variance counts)."""
+    print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
+                   for k, v in metrics.items() if not k.startswith("train/sampler/") or "zero_variance" in k),
+          file=sys.stderr)
+
+
 async def _train(cfg: Config, run: _Trainer) -> None:
     policy, sampler, store, sink, state = run.policy, run.sampler, run.store, run.sink, run.state
     user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), run.runtimes, run.backend
@@ -130,7 +156,6 @@ async def _train(cfg: Config, run: _Trainer) -> None:
             policy.take_trace(episode.seed)
         samples = step_samples(batch, policy, cfg.grpo.norm_adv_by_std)
         policy.forget_agents()  # cancelled episodes' traces: no step reads them
-        rewards = [e.reward for g in batch.groups for e in g.episodes]
         for g in batch.groups:
             scored.extend(e.reward for e in g.episodes)
         update = None
@@ -142,24 +167,12 @@ async def _train(cfg: Config, run: _Trainer) -> None:
             bar.set_postfix_str("sending the weights to vLLM")
             await asyncio.to_thread(policy.sync_weights, step + 1)
         bar.close()
-        metrics = {"train/step": step + 1, "train/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
-                   "train/groups": len(batch.groups), "train/samples": len(samples),
-                   "train/step_seconds": time.perf_counter() - started,
-                   "train/pool_pass_at_1_so_far": float(np.mean(scored)) if scored else 0.0}
-        metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
-        if update is not None:
-            # vLLM's log-probs are the raw (temperature-1) ones: compared with the trainer's only at temperature 1
-            gap = update.logprob_gap if cfg.model.temperature == 1.0 else float("nan")
-            metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
-                        "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
-                        "train/logprob_gap": gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
+        metrics = _step_metrics(cfg, step, batch, samples, update, scored, time.perf_counter() - started, policy)
         sink.log(metrics, step=step + 1)
         state.history.append(metrics)
         state.step = step + 1
         training_curves_figure(state.history, run.checkpoints.parent / "curves.png")  # beside the checkpoints
-        print(" ".join(f"{k.removeprefix('train/')}={v:.4g}" if isinstance(v, float) else f"{k.removeprefix('train/')}={v}"
-                       for k, v in metrics.items() if not k.startswith("train/sampler/") or "zero_variance" in k),
-              file=sys.stderr)
+        _print_metrics(metrics)
         if (step + 1) % cfg.grpo.save_every == 0 or step + 1 == cfg.grpo.steps:
             save_checkpoint(run.checkpoints, step + 1, policy.model, run.optimizer,
                             state.checkpoint_extra(sampler.state_dict()))
