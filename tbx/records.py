@@ -1,5 +1,5 @@
-"""Typed records that pass between stages: episode outcomes and results, the frozen pool manifest, and
-where a training run stands.
+"""Typed records that pass between stages: episode outcomes, grades and results, a stored try, the frozen pool
+manifest, and where a training run stands.
 
 Dependency-free on purpose (the standard library, `tbx.errors` and `tbx.messages` only): the pure core
 (`tbx.metrics`, `tbx.difficulty`, `tbx.pool`) and the report read these records without loading MCP,
@@ -38,6 +38,80 @@ class Outcome(StrEnum):
 ERROR_OUTCOMES = frozenset({Outcome.INFRA_ERROR, Outcome.USER_SIM_ERROR, Outcome.VERIFIER_ERROR})
 
 
+# --- the grade ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check of a grade: an expected change, "no other change", or a judge rule."""
+
+    name: str
+    passed: bool
+    detail: str
+    rows: tuple[dict[str, Any], ...] = ()  # the row diff behind this check (each a RowChange.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "detail": self.detail, "rows": list(self.rows)}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> CheckResult:
+        return CheckResult(data["name"], bool(data["passed"]), data.get("detail") or "", tuple(data.get("rows") or ()))
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeVerdict:
+    """A judge's decision on one rule of a task."""
+
+    rule_id: str
+    passed: bool
+    reason: str
+    # what deciding cost; not stored with the grade (the episode's usage["judge"] sums it), so a stored
+    # grade's verdicts read back with none
+    usage: Usage = field(default_factory=Usage)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rule_id": self.rule_id, "passed": self.passed, "reason": self.reason}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> JudgeVerdict:
+        return JudgeVerdict(data["rule_id"], bool(data["passed"]), data.get("reason") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class Grade:
+    """The verdict on a terminal state with its per-check breakdown (tbx.grading.grade_state makes it): every
+    expected change, "no other change" and each judge rule, each with the rows behind it."""
+
+    passed: bool | None  # None: excluded (judge rules but no judge)
+    checks: tuple[CheckResult, ...]
+    judge: tuple[JudgeVerdict, ...] = ()
+    excluded_reason: str = ""
+
+    @property
+    def failed_checks(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    def explain(self) -> str:
+        if self.passed is None:
+            return f"excluded: {self.excluded_reason}"
+        if self.passed:
+            return "pass"
+        return "; ".join(f"{c.name}: {c.detail}" for c in self.failed_checks)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored form (the `grade` of an episode's record), in the key order it has always had."""
+        return {"passed": self.passed, "checks": [c.to_dict() for c in self.checks],
+                "judge": [v.to_dict() for v in self.judge], "excluded_reason": self.excluded_reason}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> Grade:
+        return Grade(passed=data.get("passed"), checks=tuple(CheckResult.from_dict(c) for c in data.get("checks") or ()),
+                     judge=tuple(JudgeVerdict.from_dict(v) for v in data.get("judge") or ()),
+                     excluded_reason=data.get("excluded_reason") or "")
+
+
+# --- episodes -------------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class EpisodeResult:
     """One played episode: outcome, transcript, accounting, terminal state, version hashes."""
@@ -53,7 +127,7 @@ class EpisodeResult:
     usage: dict[str, Usage]  # "agent", "user", "judge"
     counts: dict[str, int]  # turns, tool_calls, tool_errors, malformed_calls
     final_delta: State | None  # tables that changed; with the task's initial state, the terminal dump
-    grade: dict[str, Any] | None
+    grade: Grade | None  # None: no verdict was reached (an error before grading)
     hashes: dict[str, str]  # task, tools, grader, initial state
     timings: dict[str, float]  # seconds: clone, loop, grade, total
     ended_by: str = ""  # user_stop | turn_limit | agent_left | an AgentFault reason | error
@@ -75,20 +149,32 @@ class EpisodeResult:
             "seed": self.seed, "outcome": self.outcome.value, "reward": self.reward, "cause": self.cause,
             "ended_by": self.ended_by, "transcript": [m.to_dict() for m in self.transcript],
             "usage": {k: u.to_dict() for k, u in self.usage.items()}, "counts": self.counts,
-            "final_delta": self.final_delta, "grade": self.grade, "hashes": self.hashes,
+            "final_delta": self.final_delta, "grade": None if self.grade is None else self.grade.to_dict(),
+            "hashes": self.hashes,
             "timings": self.timings, "extra": self.extra,
         }
 
     @staticmethod
-    def from_dict(data: dict[str, Any]) -> EpisodeResult:
-        return EpisodeResult(
-            task_id=data["task_id"], domain=data["domain"], family=data["family"], attempt=data["attempt"],
-            seed=data["seed"], outcome=Outcome(data["outcome"]), cause=data["cause"],
-            transcript=tuple(Message.from_dict(m) for m in data["transcript"]),
-            usage={k: Usage(**u) for k, u in data["usage"].items()}, counts=data["counts"],
-            final_delta=data["final_delta"], grade=data["grade"], hashes=data["hashes"],
-            timings=data["timings"], ended_by=data.get("ended_by", ""), extra=data.get("extra", {}),
-        )
+    def from_dict(data: Mapping[str, Any]) -> EpisodeResult:
+        """An episode as `to_dict` wrote it; keys an older record lacks take their defaults."""
+        return EpisodeResult(**_episode_fields(data))
+
+
+def _episode_fields(data: Mapping[str, Any]) -> dict[str, Any]:
+    """EpisodeResult's fields from its stored form: what older releases wrote too (a missing key is its
+    default; `reward` is not read, it follows from the outcome)."""
+    grade = data.get("grade")
+    return {
+        "task_id": data["task_id"], "domain": data.get("domain") or "", "family": data.get("family") or "",
+        "attempt": data["attempt"], "seed": data.get("seed", 0), "outcome": Outcome(data["outcome"]),
+        "cause": data.get("cause") or "", "transcript": tuple(Message.from_dict(m) for m in data.get("transcript") or ()),
+        "usage": {role: Usage(u.get("prompt_tokens", 0), u.get("completion_tokens", 0))
+                  for role, u in (data.get("usage") or {}).items()},
+        "counts": dict(data.get("counts") or {}), "final_delta": data.get("final_delta"),
+        "grade": None if grade is None else Grade.from_dict(grade), "hashes": dict(data.get("hashes") or {}),
+        "timings": dict(data.get("timings") or {}), "ended_by": data.get("ended_by") or "",
+        "extra": dict(data.get("extra") or {}),
+    }
 
 
 # --- the frozen pool ------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tbx.errors import ConfigError
-from tbx.records import PoolManifest, PoolTask, TrainState, manifest_hash
+from tbx.records import Grade, JudgeVerdict, PoolManifest, PoolTask, TrainState, manifest_hash
 
 HEAVY = ("mcp", "sqlalchemy", "torch", "transformers", "hydra", "omegaconf")
 
@@ -81,3 +81,32 @@ def test_train_state_keeps_the_checkpoint_format():
     extra = state.checkpoint_extra({"position": 7})
     assert extra == {"sampler": {"position": 7}, "scored": [1.0, 0.0], "history": [{"train/step": 3}]}
     assert TrainState.from_checkpoint(3, extra) == TrainState(3, [1.0, 0.0], [{"train/step": 3}], {"position": 7})
+
+
+def stored_grade() -> dict:
+    """An episode's grade as the store has always kept it (a failed expected change with its row diff, the
+    unexpected-change check, one judge rule)."""
+    row = {"op": "update", "table": "accounts", "key": {"id": "1"}, "before": {"balance": "100"},
+           "after": {"balance": "90"}, "columns": ["balance"]}
+    return {"passed": False,
+            "checks": [{"name": "expected[0] update accounts", "passed": False, "detail": "row {'id': 1}: balance is "
+                        "'90', expected '95'", "rows": [row]},
+                       {"name": "no other change", "passed": True, "detail": "no unexpected change", "rows": []},
+                       {"name": "judge told_done", "passed": True, "detail": "the agent said ['done']", "rows": []}],
+            "judge": [{"rule_id": "told_done", "passed": True, "reason": "the agent said ['done']"}],
+            "excluded_reason": ""}
+
+
+def test_a_stored_grade_round_trips_with_its_checks():
+    data = stored_grade()
+    grade = Grade.from_dict(data)
+    assert grade.passed is False and grade.failed_checks == (grade.checks[0],)
+    assert grade.checks[0].rows[0]["after"] == {"balance": "90"}
+    assert grade.judge == (JudgeVerdict("told_done", True, "the agent said ['done']"),)
+    assert grade.explain() == "expected[0] update accounts: row {'id': 1}: balance is '90', expected '95'"
+    assert json.dumps(grade.to_dict()) == json.dumps(data)  # the stored shape, key order included
+
+
+def test_an_excluded_grade_says_why():
+    grade = Grade.from_dict({"passed": None, "checks": [], "judge": [], "excluded_reason": "no judge"})
+    assert grade.passed is None and grade.explain() == "excluded: no judge"

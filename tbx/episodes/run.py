@@ -33,7 +33,7 @@ from tbx.grading import grade_state
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
-from tbx.records import EpisodeResult, Outcome
+from tbx.records import EpisodeResult, Grade, Outcome
 from tbx.tools.mcp_server import InfraLog, ToolSessions, build_server, open_tool_session
 from tbx.users.base import UserSimulator
 from tbx.waits import bounded, off_loop
@@ -164,14 +164,14 @@ async def _final_state(runtime: TaskRuntime, backend: Backend, db, chaos: Episod
 
 
 async def _verdict(runtime: TaskRuntime, final: State, judge: Judge | None, log: _Transcript,
-                   timeout_s: float | None) -> tuple[Outcome, str, dict]:
+                   timeout_s: float | None) -> tuple[Outcome, str, Grade]:
     verdicts = await _judge(runtime, judge, log, timeout_s)
     task = runtime.task
     result = grade_state(runtime.initial, final, runtime.expected, runtime.volatile, task.checks.loose,
                          task.checks.judge, verdicts)
     outcome = Outcome.EXCLUDED if result.passed is None else Outcome.SUCCESS if result.passed else Outcome.FAILURE
     cause = f"{log.ending}; {result.explain()}" if log.ending else result.explain()
-    return outcome, cause, result.to_dict()
+    return outcome, cause, result
 
 
 async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript, limits: EpisodeLimits,

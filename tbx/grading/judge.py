@@ -9,19 +9,11 @@ from __future__ import annotations
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from tbx.errors import VerifierError
-from tbx.messages import Message, Usage
+from tbx.messages import Message
+from tbx.records import JudgeVerdict
 from tbx.tasks.model import JudgeRule
-
-
-@dataclass(frozen=True)
-class JudgeVerdict:
-    rule_id: str
-    passed: bool
-    reason: str
-    usage: Usage = field(default_factory=Usage)
 
 
 class Judge(ABC):

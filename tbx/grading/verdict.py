@@ -2,58 +2,19 @@
 
 Completeness is enforced both ways: an empty diff never passes a task with expected changes,
 and a change nobody expected fails the task (peer-benchmarks §5.1). Judge rules, when a task has
-them, must all pass too; without a judge such a task is excluded, never passed.
+them, must all pass too; without a judge such a task is excluded, never passed. The grade and its
+checks are records (`tbx.records.Grade`): an episode carries one, and the store keeps it as JSON.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from tbx.backend.state import State, canonical
 from tbx.grading.diff import RowChange, diff_states, split_volatile
-from tbx.grading.judge import JudgeVerdict
+from tbx.records import CheckResult, Grade, JudgeVerdict
 from tbx.tasks.model import ExpectedChange, JudgeRule
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    passed: bool
-    detail: str
-    rows: tuple[dict[str, Any], ...] = ()  # the row diff behind this check
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "passed": self.passed, "detail": self.detail, "rows": list(self.rows)}
-
-
-@dataclass(frozen=True)
-class Grade:
-    passed: bool | None  # None: excluded (judge rules but no judge)
-    checks: tuple[CheckResult, ...]
-    changes: tuple[RowChange, ...] = ()
-    judge: tuple[JudgeVerdict, ...] = field(default=())
-    excluded_reason: str = ""
-
-    @property
-    def failed_checks(self) -> tuple[CheckResult, ...]:
-        return tuple(c for c in self.checks if not c.passed)
-
-    def explain(self) -> str:
-        if self.passed is None:
-            return f"excluded: {self.excluded_reason}"
-        if self.passed:
-            return "pass"
-        return "; ".join(f"{c.name}: {c.detail}" for c in self.failed_checks)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "checks": [c.to_dict() for c in self.checks],
-            "judge": [{"rule_id": v.rule_id, "passed": v.passed, "reason": v.reason} for v in self.judge],
-            "excluded_reason": self.excluded_reason,
-        }
 
 
 def _same(expected: dict[str, Any], row: dict[str, Any]) -> list[str]:
@@ -127,15 +88,14 @@ def grade_state(initial: State, final: State, expected: Sequence[ExpectedChange]
                 loose: Iterable[str] = (), judge_rules: Sequence[JudgeRule] = (),
                 judge_verdicts: Sequence[JudgeVerdict] | None = None) -> Grade:
     """The verdict on one terminal state. `judge_verdicts` None with rules present → excluded."""
-    changes = diff_states(initial, final, volatile)
-    checks = match_expected(changes, expected, loose)
+    checks = match_expected(diff_states(initial, final, volatile), expected, loose)
     if judge_rules and judge_verdicts is None:
-        return Grade(None, tuple(checks), changes, (), "task has judge rules and no judge is configured")
+        return Grade(None, tuple(checks), (), "task has judge rules and no judge is configured")
     verdicts = tuple(judge_verdicts or ())
     for verdict in verdicts:
         checks.append(CheckResult(f"judge {verdict.rule_id}", verdict.passed, verdict.reason))
     passed = bool(expected) and all(c.passed for c in checks)
-    return Grade(passed, tuple(checks), changes, verdicts)
+    return Grade(passed, tuple(checks), verdicts)
 
 
 def derive_expected(changes: Sequence[RowChange], loose: Iterable[str] = ()) -> tuple[ExpectedChange, ...]:

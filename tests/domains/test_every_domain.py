@@ -63,8 +63,8 @@ def test_every_family_mutation_fails_naming_the_record(domain_runtimes):
             if result.outcome is Outcome.SUCCESS and is_equivalent(runtime, result, oracle):
                 equivalent.append((family, mutation.description))  # e.g. dropping a verification that failed
                 continue
-            failed = [c for c in (result.grade or {}).get("checks", []) if not c["passed"]]
-            named = any(c["rows"] or "missing" in c["detail"] for c in failed)
+            failed = result.grade.failed_checks if result.grade else ()
+            named = any(c.rows or "missing" in c.detail for c in failed)
             if result.outcome is not Outcome.FAILURE or not named:
                 survivors.append((family, mutation.description, result.outcome.value, result.cause))
     assert not survivors, survivors

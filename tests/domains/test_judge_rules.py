@@ -70,10 +70,10 @@ def test_the_judged_families_and_their_verdicts(judged):
         passed = play(runtime, backend, EvidenceJudge())
         assert passed.outcome is Outcome.SUCCESS, (task.id, passed.cause)
         silent = play(runtime, backend, EvidenceJudge(), without_statement(task))
-        judge_checks = [c for c in silent.grade["checks"] if c["name"].startswith("judge ")]
+        judge_checks = [c for c in silent.grade.checks if c.name.startswith("judge ")]
         assert silent.outcome is Outcome.FAILURE, task.id
-        assert judge_checks and not any(c["passed"] for c in judge_checks), task.id
-        assert all(c["passed"] for c in silent.grade["checks"] if not c["name"].startswith("judge ")), task.id
+        assert judge_checks and not any(c.passed for c in judge_checks), task.id
+        assert all(c.passed for c in silent.grade.checks if not c.name.startswith("judge ")), task.id
     first = prepare_task(with_rules[0], backend)
     assert play(first, backend, None).outcome is Outcome.EXCLUDED
     configured = AlwaysFails()

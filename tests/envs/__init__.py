@@ -48,6 +48,7 @@ def play_reference(task: Task, call: Callable[[str, dict], str], reply: Callable
 
 def same_verdict(result: Any, record: dict[str, Any]) -> None:
     """An adapter's episode has the verdict stage=eval stored for the same task and attempt."""
-    assert (result.outcome.value, result.reward, result.grade) == (record["outcome"], record["reward"], record["grade"])
+    grade = None if result.grade is None else result.grade.to_dict()
+    assert (result.outcome.value, result.reward, grade) == (record["outcome"], record["reward"], record["grade"])
     if record["ended_by"] == "user_stop":  # the same conversation, message for message
         assert [m.to_dict() for m in result.transcript] == record["transcript"]

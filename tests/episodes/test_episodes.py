@@ -64,12 +64,12 @@ def test_mutations_fail_with_faulty_record_named(backend):
     for mutation in mutations:
         result = play(runtime, backend, ScriptPolicy(turns_from_steps(mutation.steps)))
         assert result.outcome is Outcome.FAILURE, mutation.description
-        failed = [c for c in result.grade["checks"] if not c["passed"]]
+        failed = result.grade.failed_checks
         assert failed, mutation.description
         if mutation.kind == "extra_write":
-            assert any("update accounts {'id': '3'}" in c["detail"] for c in failed)
+            assert any("update accounts {'id': '3'}" in c.detail for c in failed)
         else:
-            assert any("accounts" in c["detail"] or "transfers" in c["detail"] for c in failed)
+            assert any("accounts" in c.detail or "transfers" in c.detail for c in failed)
 
 
 def test_bad_tool_arguments_are_readable_errors_not_crashes(backend):
@@ -250,7 +250,7 @@ def test_an_agent_that_leaves_is_abandoned_a_zero_with_the_state_graded(backend)
     assert runtime.task.reference[-1].say  # the reference ends by telling the user it is done
     done = play(runtime, backend, LeavesAfter(len(runtime.task.reference) - 1))  # all the work, then gone
     assert done.outcome is Outcome.ABANDONED and done.reward == 0.0 and done.ended_by == "agent_left"
-    assert done.grade["passed"] is True  # the state it left would have passed; the verdict is that it left
+    assert done.grade.passed is True  # the state it left would have passed; the verdict is that it left
     assert "left before the user ended" in done.cause
     early = play(runtime, backend, LeavesAfter(0))
-    assert early.outcome is Outcome.ABANDONED and early.grade["passed"] is False and early.counts["turns"] == 1
+    assert early.outcome is Outcome.ABANDONED and early.grade.passed is False and early.counts["turns"] == 1
