@@ -22,9 +22,11 @@ COMPARED = ("outcome", "reward", "final_delta", "grade", "counts", "transcript",
 
 
 def last_tries(run_dir: Path) -> dict[tuple[str, int], dict]:
+    """The compared parts of each attempt's last try, as stored."""
     final: dict[tuple[str, int], dict] = {}
     for record in read_records(run_dir):
-        final[(record["task_id"], record["attempt"])] = {key: record.get(key) for key in COMPARED}
+        stored = record.to_dict()
+        final[(record.task_id, record.attempt)] = {key: stored[key] for key in COMPARED}
     return final
 
 

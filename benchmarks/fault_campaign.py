@@ -33,7 +33,8 @@ from tbx.config import register_configs  # noqa: E402
 from tbx.domains import get_domain  # noqa: E402
 from tbx.faults import SITES  # noqa: E402
 from tbx.launch import run_stage  # noqa: E402
-from tbx.store.results import ERROR_VALUES, read_records  # noqa: E402
+from tbx.records import ERROR_OUTCOMES, Outcome  # noqa: E402
+from tbx.store.results import read_records  # noqa: E402
 
 POLICIES = {"oracle": ["policy=oracle"],
             "coin": ["policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin"]}
@@ -58,21 +59,21 @@ def campaign(folder: Path, overrides: list[str]) -> dict:
     seconds = time.perf_counter() - start
     records = read_records(summary["run_dir"])
     finals = {}
-    for r in sorted(records, key=lambda r: r["try"]):
-        finals[(r["task_id"], r["attempt"])] = r
-    injected = Counter(f["site"] for r in records for f in r["extra"].get("faults", []))
+    for r in sorted(records, key=lambda r: r.try_index):
+        finals[(r.task_id, r.attempt)] = r
+    injected = Counter(f["site"] for r in records for f in r.extra.get("faults", []))
     return {"attempts": len(finals), "tries": len(records), "injected": injected,
-            "errors": Counter(r["outcome"] for r in records if r["outcome"] in ERROR_VALUES),
+            "errors": Counter(r.outcome.value for r in records if r.outcome in ERROR_OUTCOMES),
             "retries": len(records) - len(finals),
-            "final_errors": sum(r["outcome"] in ERROR_VALUES for r in finals.values()),
+            "final_errors": sum(r.outcome in ERROR_OUTCOMES for r in finals.values()),
             "pass_at_1": summary["pass_at_1"], "seconds": seconds, "finals": finals}
 
 
 def agreement(clean: dict, faulty: dict) -> tuple[int, int, int]:
     """(verdicts in the faulty run, of them equal to the clean run's, of them first tries)."""
-    both = [(key, r) for key, r in faulty["finals"].items() if r["outcome"] in ("success", "failure")]
-    same = sum(r["outcome"] == clean["finals"][key]["outcome"] for key, r in both)
-    return len(both), same, sum(r["try"] == 0 for _, r in both)
+    both = [(key, r) for key, r in faulty["finals"].items() if r.outcome in (Outcome.SUCCESS, Outcome.FAILURE)]
+    same = sum(r.outcome is clean["finals"][key].outcome for key, r in both)
+    return len(both), same, sum(r.try_index == 0 for _, r in both)
 
 
 def row(label: str, c: dict) -> str:

@@ -28,6 +28,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from tbx.config import Config, register_configs
+from tbx.records import Outcome
 from tbx.stages.eval import run_eval
 from tbx.store.results import read_records
 
@@ -46,11 +47,11 @@ def measure(out: Path, label: str, *overrides: str) -> dict:
     summary = run_eval(config(out / label, *overrides))
     seconds = time.perf_counter() - start
     records = read_records(summary["run_dir"])
-    turns = sum(r["counts"].get("turns", 0) for r in records)
-    calls = sum(r["counts"].get("tool_calls", 0) for r in records)
-    malformed = sum(r["counts"].get("malformed_calls", 0) for r in records)
-    tokens = sum(r["usage"].get("agent", {}).get("completion_tokens", 0) for r in records)
-    errors = sum(r["outcome"] not in ("success", "failure") for r in records)
+    turns = sum(r.counts.get("turns", 0) for r in records)
+    calls = sum(r.counts.get("tool_calls", 0) for r in records)
+    malformed = sum(r.counts.get("malformed_calls", 0) for r in records)
+    tokens = sum(r.usage["agent"].completion_tokens for r in records if "agent" in r.usage)
+    errors = sum(r.outcome not in (Outcome.SUCCESS, Outcome.FAILURE) for r in records)
     return {"episodes": len(records), "seconds": seconds, "turns": turns, "calls": calls, "malformed": malformed,
             "tokens": tokens, "errors": errors, "pass_at_1": summary["pass_at_1"]}
 

@@ -76,9 +76,9 @@ def evaluate(overrides: list[str], vf_flags: list[str], out: Path) -> dict:
     finally:
         stop_shared()
     (run_dir,) = (out / "outputs").glob("serve-*-verifiers-*")
-    stored = {(r["task_id"], r["attempt"]): r for r in read_records(run_dir)}
-    episodes = [e | {"tbx_outcome": stored.get((e["task_id"], e["attempt"]), {}).get("outcome"),
-                     "tbx_reward": stored.get((e["task_id"], e["attempt"]), {}).get("reward")}
+    stored = {(r.task_id, r.attempt): r for r in read_records(run_dir)}
+    verdicts = {key: {"tbx_outcome": r.outcome.value, "tbx_reward": r.reward} for key, r in stored.items()}
+    episodes = [e | verdicts.get((e["task_id"], e["attempt"]), {"tbx_outcome": None, "tbx_reward": None})
                 for e in episodes_of(out / "vf")]
     return {"returncode": done.returncode, "vllm_ready_s": round(ready, 1), "vf_eval_s": round(vf_seconds, 1),
             "engine": engine, "model": server.spec.served_name, "context_length": cfg.model.context_length,

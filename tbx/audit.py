@@ -20,7 +20,7 @@ than `MIN_VALUE` are too common to audit (`Done.` is a reference line of the moc
 values are matched as whole words, so `3577` does not match `13577`.
 
 Everything here is a pure function over task mappings (the task format, as `tasks.jsonl` stores
-them) and episode records (as the results store keeps them), except `audit_run`, the edge that
+them) and stored tries (`tbx.records.StoredTry`), except `audit_run`, the edge that
 reads a run folder.
 """
 
@@ -32,6 +32,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tbx.records import StoredTry
 
 MIN_TEXT = 20  # characters: shorter persona/instruction/say/rule texts are not audited
 MIN_VALUE = 2  # characters: shorter fact values are not audited
@@ -217,20 +219,20 @@ def scan_context(secrets: TaskSecrets, messages: Sequence[Mapping[str, Any]], sc
     return scanned, found
 
 
-def audit_records(records: Sequence[Mapping[str, Any]], secrets: Mapping[str, TaskSecrets],
+def audit_records(records: Sequence[StoredTry], secrets: Mapping[str, TaskSecrets],
                   schemas: Mapping[str, str] | None = None) -> AuditReport:
     """Scan stored episodes. `secrets`: per task id; `schemas`: the tool schemas each task's agent
     was given, as text. An episode of a task without secrets is an error: nothing could be checked."""
     leaks, messages, schema_sets = [], 0, 0
     for record in records:
-        task_id = record["task_id"]
+        task_id = record.task_id
         if task_id not in secrets:
             raise KeyError(f"no task content for {task_id!r}: cannot audit its episodes")
         schema_text = (schemas or {}).get(task_id)
-        scanned, found = scan_context(secrets[task_id], record.get("transcript") or (), schema_text)
+        scanned, found = scan_context(secrets[task_id], [m.to_dict() for m in record.transcript], schema_text)
         messages += scanned
         schema_sets += schema_text is not None
-        leaks += [Leak(task_id, int(record.get("attempt", 0)), int(record.get("try", 0)), where, kind, label, text)
+        leaks += [Leak(task_id, record.attempt, record.try_index, where, kind, label, text)
                   for where, kind, label, text in found]
     audited = sum(len({x.label for x in s.secrets}) + sum(len(f.values) for f in s.facts) for s in secrets.values())
     public = sum(len(s.public_values) for s in secrets.values())

@@ -1,6 +1,6 @@
 """What a campaign costs, from measured token usage and per-model prices (pure).
 
-Each stored episode record carries `usage` per role ("agent", "user", "judge"), each with
+Each stored try (`tbx.records.StoredTry`) carries `usage` per role ("agent", "user", "judge"), each with
 prompt and completion tokens. A role's tokens are priced with the prices of the model that
 played it, and the roles stay separate lines, so a pricey judge never hides inside the agent's
 bill. Every record passed in is billed, errors and exclusions included (their tokens were spent);
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from tbx.errors import InputError
+from tbx.records import EpisodeResult
 
 ROLES = ("agent", "user", "judge")
 CATEGORIES = ("evaluation", "probing", "training")
@@ -66,7 +66,7 @@ def _role_order(role: str) -> tuple[int, str]:
     return (ROLES.index(role) if role in ROLES else len(ROLES), role)
 
 
-def episode_cost(record: Mapping[str, Any], models: Mapping[str, str],
+def episode_cost(record: EpisodeResult, models: Mapping[str, str],
                  prices: Mapping[str, Prices]) -> tuple[CostLine, ...]:
     """One line per role in the record's usage. `models` maps role -> model name.
 
@@ -74,10 +74,10 @@ def episode_cost(record: Mapping[str, Any], models: Mapping[str, str],
     silently make the campaign look cheaper. A role with no tokens costs 0 and needs neither.
     """
     lines = []
-    where = f"record {record.get('task_id')!r} attempt {record.get('attempt')}"
-    for role in sorted(record["usage"], key=_role_order):
-        usage = record["usage"][role]
-        prompt, completion = int(usage["prompt_tokens"]), int(usage["completion_tokens"])
+    where = f"record {record.task_id!r} attempt {record.attempt}"
+    for role in sorted(record.usage, key=_role_order):
+        usage = record.usage[role]
+        prompt, completion = int(usage.prompt_tokens), int(usage.completion_tokens)
         model = models.get(role, "")
         if prompt + completion == 0:
             lines.append(CostLine(role, model, 0, 0, 0.0))
@@ -142,7 +142,7 @@ def _merge(lines: Iterable[CostLine]) -> tuple[CostLine, ...]:
     return tuple(sorted(merged, key=lambda x: (_role_order(x.role), x.model)))
 
 
-def campaign_cost(records: Iterable[Mapping[str, Any]], models: Mapping[str, str],
+def campaign_cost(records: Iterable[EpisodeResult], models: Mapping[str, str],
                   prices: Mapping[str, Prices], category: str = "evaluation") -> CampaignCost:
     """Sum of episode_cost over records, kept per (role, model)."""
     if category not in CATEGORIES:

@@ -14,75 +14,77 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from tbx.errors import TbxError
-from tbx.records import ERROR_OUTCOMES, Outcome
+from tbx.records import ERROR_OUTCOMES, Outcome, OutcomeCounts, OutcomeSummary, StoredTry
 
 VERDICTS = (Outcome.SUCCESS, Outcome.FAILURE, Outcome.ABANDONED)  # outcomes with a reward (1, 0, 0)
 
 
 def _rate(counts: Counter) -> float | None:
-    judged = sum(counts[o.value] for o in VERDICTS)
-    return counts[Outcome.SUCCESS.value] / judged if judged else None
+    judged = sum(counts[o] for o in VERDICTS)
+    return counts[Outcome.SUCCESS] / judged if judged else None
 
 
-def _group(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+class Attempt(Protocol):
+    """What counting outcomes reads of an attempt's final try: a stored try (`tbx.records.StoredTry`) or the
+    viewer's row of one (`tbx.view.store.AttemptRow`). `outcome` is an Outcome or its value."""
+
+    task_id: str
+    attempt: int
+    domain: str
+    outcome: str
+
+
+def _group(records: Iterable[Attempt]) -> OutcomeCounts:
     counts: Counter = Counter()
     tasks = set()
     for record in records:
-        counts[record["outcome"]] += 1
-        tasks.add(record["task_id"])
-    return {
-        "n_tasks": len(tasks),
-        "episodes": sum(counts.values()),
-        "pass_at_1": _rate(counts),
-        "counts": {o.value: counts[o.value] for o in Outcome},
-        "errors": sum(counts[o.value] for o in ERROR_OUTCOMES),
-    }
+        counts[Outcome(record.outcome)] += 1
+        tasks.add(record.task_id)
+    return OutcomeCounts(n_tasks=len(tasks), episodes=sum(counts.values()), pass_at_1=_rate(counts),
+                         counts={o.value: counts[o] for o in Outcome}, errors=sum(counts[o] for o in ERROR_OUTCOMES))
 
 
-def outcome_summary(records: list[Mapping[str, Any]]) -> dict[str, Any]:
-    """Summary of final episode records (dicts as stored): overall, per domain, per family."""
-    summary = _group(records)
+def outcome_summary(records: Sequence[StoredTry]) -> OutcomeSummary:
+    """Summary of final tries: overall, per domain, per family, with their tokens and tool calls."""
     by_domain: dict[str, list] = defaultdict(list)
     by_family: dict[str, list] = defaultdict(list)
-    for record in records:
-        by_domain[record["domain"]].append(record)
-        by_family[f"{record['domain']}/{record['family']}"].append(record)
-    summary["by_domain"] = {name: _group(rs) for name, rs in sorted(by_domain.items())}
-    summary["by_family"] = {name: _group(rs) for name, rs in sorted(by_family.items())}
     tokens: Counter = Counter()
     tools: Counter = Counter()
     for record in records:
-        for role, usage in record["usage"].items():
-            for kind, value in usage.items():
+        by_domain[record.domain].append(record)
+        by_family[f"{record.domain}/{record.family}"].append(record)
+        for role, usage in record.usage.items():
+            for kind, value in usage.to_dict().items():
                 tokens[f"{role}_{kind}"] += value
-        tools.update(record["counts"])
-    summary["tokens"] = dict(tokens)
-    summary["tool_calls"] = tools["tool_calls"]
-    summary["tool_errors"] = tools["tool_errors"]
-    summary["malformed_calls"] = tools["malformed_calls"]
-    return summary
+        tools.update(record.counts)
+    overall = _group(records)
+    return OutcomeSummary(
+        n_tasks=overall.n_tasks, episodes=overall.episodes, pass_at_1=overall.pass_at_1, counts=overall.counts,
+        errors=overall.errors, by_domain={name: _group(rs) for name, rs in sorted(by_domain.items())},
+        by_family={name: _group(rs) for name, rs in sorted(by_family.items())}, tokens=dict(tokens),
+        tool_calls=tools["tool_calls"], tool_errors=tools["tool_errors"], malformed_calls=tools["malformed_calls"])
 
 
-def format_summary(summary: Mapping[str, Any], title: str) -> str:
+def format_summary(summary: OutcomeSummary, title: str) -> str:
     """A plain-text table for the terminal."""
     def pct(value: float | None) -> str:
         return "   n/a" if value is None else f"{100 * value:6.1f}%"
 
     lines = [title, f"{'group':40s} {'tasks':>6s} {'eps':>6s} {'pass@1':>7s} {'succ':>5s} {'fail':>5s} "
              f"{'error':>5s} {'excl':>5s}"]
-    rows = [("all", summary)] + list(summary["by_family"].items())
+    rows: list[tuple[str, OutcomeCounts]] = [("all", summary), *summary.by_family.items()]
     for name, group in rows:
-        c = group["counts"]
-        failed = c["failure"] + c.get("abandoned", 0)  # summaries written before `abandoned` lack it
-        lines.append(f"{name[:40]:40s} {group['n_tasks']:6d} {group['episodes']:6d} {pct(group['pass_at_1'])} "
-                     f"{c['success']:5d} {failed:5d} {group['errors']:5d} {c['excluded']:5d}")
-    if summary["counts"].get("abandoned"):
-        lines.append(f"fail includes {summary['counts']['abandoned']} abandoned (the agent left before the user "
+        c = group.counts
+        failed = c["failure"] + c["abandoned"]
+        lines.append(f"{name[:40]:40s} {group.n_tasks:6d} {group.episodes:6d} {pct(group.pass_at_1)} "
+                     f"{c['success']:5d} {failed:5d} {group.errors:5d} {c['excluded']:5d}")
+    if summary.counts["abandoned"]:
+        lines.append(f"fail includes {summary.counts['abandoned']} abandoned (the agent left before the user "
                      "ended the conversation)")
     return "\n".join(lines)
 
@@ -333,25 +335,25 @@ def pass_curves(outcomes: Mapping[str, Sequence[bool]], *, attempts: int | None 
 
 # --- from stored records ------------------------------------------------------------------------
 
-def outcomes_from_records(records: Iterable[Mapping[str, Any]]
+def outcomes_from_records(records: Iterable[Attempt]
                           ) -> tuple[dict[str, list[bool]], dict[str, str], dict[str, int]]:
-    """Stored episode records -> (outcomes, domains, error_counts).
+    """Final tries -> (outcomes, domains, error_counts).
 
     outcomes: task id -> success booleans in attempt order, success/failure only; a task whose
     every attempt erred is present with an empty list, so inventory checks see it.
     error_counts: outcome name -> count for infra_error, user_sim_error, verifier_error, excluded.
-    Pass final records (one per task and attempt); a duplicate raises.
+    Pass final tries (one per task and attempt); a duplicate raises.
     """
     judged: dict[str, dict[int, bool]] = {}
     domains: dict[str, str] = {}
     errors = dict.fromkeys(NOT_JUDGED, 0)
     seen: set[tuple[str, int]] = set()
     for record in records:
-        task, attempt, outcome = record["task_id"], int(record["attempt"]), record["outcome"]
+        task, attempt, outcome = record.task_id, int(record.attempt), str(record.outcome)
         if (task, attempt) in seen:
             raise ValueError(f"two records for task {task!r} attempt {attempt}: pass final records only")
         seen.add((task, attempt))
-        domains[task] = record["domain"]
+        domains[task] = record.domain
         judged.setdefault(task, {})  # a task with only errors still appears
         if outcome in JUDGED:
             judged[task][attempt] = JUDGED[outcome]
@@ -364,14 +366,13 @@ def outcomes_from_records(records: Iterable[Mapping[str, Any]]
     return outcomes, domains, errors
 
 
-def check_inventory(records: Iterable[Mapping[str, Any]], task_ids: Iterable[str],
-                    attempts: int) -> list[tuple[str, int, int]]:
+def check_inventory(records: Iterable[Attempt], task_ids: Iterable[str], attempts: int) -> list[tuple[str, int, int]]:
     """(task_id, have, want) for every task in task_ids with fewer than `attempts` judged attempts.
 
     have counts distinct attempt indices below `attempts` that reached success or failure.
     """
     have: dict[str, set[int]] = defaultdict(set)
     for record in records:
-        if record["outcome"] in JUDGED and int(record["attempt"]) < attempts:
-            have[record["task_id"]].add(int(record["attempt"]))
+        if str(record.outcome) in JUDGED and int(record.attempt) < attempts:
+            have[record.task_id].add(int(record.attempt))
     return [(task, len(have[task]), attempts) for task in sorted(set(task_ids)) if len(have[task]) < attempts]

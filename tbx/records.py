@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -175,6 +175,62 @@ def _episode_fields(data: Mapping[str, Any]) -> dict[str, Any]:
         "timings": dict(data.get("timings") or {}), "ended_by": data.get("ended_by") or "",
         "extra": dict(data.get("extra") or {}),
     }
+
+
+@dataclass(frozen=True)
+class StoredTry(EpisodeResult):
+    """One try of an attempt as the results store keeps it (tbx/store/results.py, the JSON of its `record`
+    column): the episode, the try's number among its attempt's tries (error outcomes are re-run), what it
+    cost and the stage that stored it. What the store's readers return."""
+
+    try_index: int = 0  # 0 for the first try of an attempt
+    cost_usd: float = 0.0  # priced from the episode's usage (tbx.cost)
+    stage: str = ""  # eval, probe, train, serve
+
+    @staticmethod
+    def of(result: EpisodeResult, try_index: int, cost_usd: float, stage: str) -> StoredTry:
+        return StoredTry(**{f.name: getattr(result, f.name) for f in fields(EpisodeResult)}, try_index=try_index,
+                         cost_usd=cost_usd, stage=stage)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored JSON's keys, in the order the store has always written them."""
+        return super().to_dict() | {"try": self.try_index, "cost_usd": self.cost_usd, "stage": self.stage}
+
+    @staticmethod
+    def from_dict(data: Mapping[str, Any]) -> StoredTry:
+        return StoredTry(**_episode_fields(data), try_index=data.get("try", 0), cost_usd=data.get("cost_usd", 0.0),
+                         stage=data.get("stage") or "")
+
+    @staticmethod
+    def parse(blob: str | bytes) -> StoredTry:
+        """A stored try from its `record` column."""
+        return StoredTry.from_dict(json.loads(blob))
+
+
+# --- outcome counts -------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutcomeCounts:
+    """The final tries of one group of attempts (a run, a domain, a family) by outcome (tbx.metrics counts)."""
+
+    n_tasks: int
+    episodes: int  # attempts (their final tries)
+    pass_at_1: float | None  # successes among the verdicts; None without any verdict
+    counts: dict[str, int]  # attempts per outcome, every outcome by its value
+    errors: int  # attempts that ended in an error outcome
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutcomeSummary(OutcomeCounts):
+    """A run's final tries counted overall (the fields it shares with OutcomeCounts), per domain and per family,
+    with the tokens they spent and their tool calls: the head of summary.json."""
+
+    by_domain: dict[str, OutcomeCounts]
+    by_family: dict[str, OutcomeCounts]  # keyed "domain/family"
+    tokens: dict[str, int]  # "<role>_prompt_tokens", "<role>_completion_tokens"
+    tool_calls: int
+    tool_errors: int
+    malformed_calls: int
 
 
 # --- the frozen pool ------------------------------------------------------------------------------------------

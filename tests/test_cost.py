@@ -14,7 +14,10 @@ from tbx.cost import (
     reliability_cost,
 )
 from tbx.errors import InputError
+from tbx.messages import Usage
 from tbx.metrics import outcomes_from_records, summarize
+from tbx.records import StoredTry
+from tests.store.records import stored
 from tests.test_metrics import reference_counts
 
 PRICES = {"agent-m": Prices(1.0, 4.0), "sim-m": Prices(0.5, 1.0), "judge-m": Prices(10.0, 30.0)}
@@ -22,13 +25,12 @@ MODELS = {"agent": "agent-m", "user": "sim-m", "judge": "judge-m"}
 
 
 def usage(agent: tuple[int, int] = (0, 0), user: tuple[int, int] = (0, 0),
-          judge: tuple[int, int] = (0, 0)) -> dict:
-    return {role: {"prompt_tokens": p, "completion_tokens": c}
-            for role, (p, c) in {"agent": agent, "user": user, "judge": judge}.items()}
+          judge: tuple[int, int] = (0, 0)) -> dict[str, Usage]:
+    return {role: Usage(p, c) for role, (p, c) in {"agent": agent, "user": user, "judge": judge}.items()}
 
 
-def record(task: str, attempt: int, outcome: str, **tokens: tuple[int, int]) -> dict:
-    return {"task_id": task, "domain": "d", "attempt": attempt, "outcome": outcome, "usage": usage(**tokens)}
+def record(task: str, attempt: int, outcome: str, **tokens: tuple[int, int]) -> StoredTry:
+    return stored(task, attempt, outcome, domain="d", usage=usage(**tokens))
 
 
 def test_episode_cost_prices_each_role_with_its_model() -> None:
@@ -93,9 +95,9 @@ def test_reference_cost_per_success_and_per_reliable_task() -> None:
     1,320,000 prompt tokens at $10 per million adds $13.20: $925.80 in all.
     """
     counts = reference_counts()
-    records = [record(f"t{i:03d}", a, "success" if a < c else "failure", agent=(60_000, 5_000), user=(20_000, 0))
+    records = [record(f"t{i:03d}", a, "success" if a < c else "failure", agent=(60_000, 5_000), user=(20_000, 0),
+                      judge=(1_320_000 if i == a == 0 else 0, 0))
                for i, c in enumerate(counts) for a in range(20)]
-    records[0]["usage"]["judge"]["prompt_tokens"] = 1_320_000
     cost = campaign_cost(records, MODELS, PRICES)
     roles = cost.by_role()
     assert [round(roles[r].usd, 2) for r in ("agent", "user", "judge")] == [811.20, 101.40, 13.20]

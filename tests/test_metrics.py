@@ -17,6 +17,8 @@ from tbx.metrics import (
     pass_hat_k,
     summarize,
 )
+from tbx.view.store import AttemptRow
+from tests.store.records import stored
 
 T, F = True, False
 
@@ -132,8 +134,8 @@ def reference_counts() -> list[int]:
 
 def test_reference_aggregates_from_per_task_counts() -> None:
     counts = reference_counts()
-    records = [{"task_id": f"t{i:03d}", "domain": ["retail", "travel", "auto", "neobank", "consulting"][i % 5],
-                "attempt": a, "outcome": "success" if a < c else "failure"}
+    records = [stored(f"t{i:03d}", a, "success" if a < c else "failure",
+                      domain=["retail", "travel", "auto", "neobank", "consulting"][i % 5])
                for i, c in enumerate(counts) for a in range(20)]
     outcomes, domains, errors = outcomes_from_records(records)
     s = summarize(outcomes, domains, attempts=20)
@@ -148,12 +150,12 @@ def test_reference_aggregates_from_per_task_counts() -> None:
 
 def test_outcomes_from_records_separates_errors() -> None:
     records = [
-        {"task_id": "a", "domain": "x", "attempt": 1, "outcome": "failure"},
-        {"task_id": "a", "domain": "x", "attempt": 0, "outcome": "success"},
-        {"task_id": "a", "domain": "x", "attempt": 2, "outcome": "infra_error"},
-        {"task_id": "b", "domain": "y", "attempt": 0, "outcome": "user_sim_error"},
-        {"task_id": "b", "domain": "y", "attempt": 1, "outcome": "excluded"},
-        {"task_id": "b", "domain": "y", "attempt": 2, "outcome": "verifier_error"},
+        stored("a", 1, "failure", domain="x"),
+        stored("a", 0, "success", domain="x"),
+        stored("a", 2, "infra_error", domain="x"),
+        stored("b", 0, "user_sim_error", domain="y"),
+        stored("b", 1, "excluded", domain="y"),
+        stored("b", 2, "verifier_error", domain="y"),
     ]
     outcomes, domains, errors = outcomes_from_records(records)
     assert outcomes == {"a": [T, F], "b": []}  # attempt order, errors left out, b still present
@@ -161,18 +163,18 @@ def test_outcomes_from_records_separates_errors() -> None:
     assert errors == {"infra_error": 1, "user_sim_error": 1, "verifier_error": 1, "excluded": 1}
     with pytest.raises(ValueError, match="two records for task 'a' attempt 0"):
         outcomes_from_records(records + [records[1]])
-    with pytest.raises(ValueError, match="unknown outcome 'win'"):
-        outcomes_from_records([{"task_id": "a", "domain": "x", "attempt": 0, "outcome": "win"}])
+    with pytest.raises(ValueError, match="unknown outcome 'win'"):  # a row of the viewer's, read from a column
+        outcomes_from_records([AttemptRow("a", 0, 1, "x", "f", "win", None, 0, 0.0, 0.0)])
 
 
 def test_check_inventory() -> None:
     records = [
-        {"task_id": "a", "domain": "x", "attempt": 0, "outcome": "success"},
-        {"task_id": "a", "domain": "x", "attempt": 1, "outcome": "failure"},
-        {"task_id": "b", "domain": "x", "attempt": 0, "outcome": "success"},
-        {"task_id": "b", "domain": "x", "attempt": 1, "outcome": "infra_error"},  # not judged
-        {"task_id": "c", "domain": "x", "attempt": 0, "outcome": "success"},
-        {"task_id": "c", "domain": "x", "attempt": 5, "outcome": "success"},  # beyond the 2 asked
+        stored("a", 0, "success"),
+        stored("a", 1, "failure"),
+        stored("b", 0, "success"),
+        stored("b", 1, "infra_error"),  # not judged
+        stored("c", 0, "success"),
+        stored("c", 5, "success"),  # beyond the 2 asked
     ]
     assert check_inventory(records, ["a", "b", "c", "d"], 2) == [("b", 1, 2), ("c", 1, 2), ("d", 0, 2)]
     assert check_inventory(records, ["a"], 2) == []
@@ -241,18 +243,14 @@ def test_pass_curves() -> None:
 def test_abandoned_is_a_verdict_of_zero_with_its_own_count() -> None:
     from tbx.metrics import format_summary, outcome_summary
 
-    def record(task, attempt, outcome):
-        return {"task_id": task, "domain": "x", "family": "f", "attempt": attempt, "outcome": outcome,
-                "usage": {}, "counts": {}}
-
-    records = [record("a", 0, "success"), record("a", 1, "abandoned"), record("b", 0, "failure"),
-               record("b", 1, "infra_error")]
+    records = [stored("a", 0, "success"), stored("a", 1, "abandoned"), stored("b", 0, "failure"),
+               stored("b", 1, "infra_error")]
     outcomes, _, errors = outcomes_from_records(records)
     assert outcomes == {"a": [T, F], "b": [F]}  # abandoned counts as a failed attempt; the error does not
     assert "abandoned" not in errors
     summary = outcome_summary(records)
-    assert summary["pass_at_1"] == 1 / 3  # 1 success of 3 verdicts (success, abandoned, failure)
-    assert summary["counts"]["abandoned"] == 1 and summary["errors"] == 1
+    assert summary.pass_at_1 == 1 / 3  # 1 success of 3 verdicts (success, abandoned, failure)
+    assert summary.counts["abandoned"] == 1 and summary.errors == 1
     table = format_summary(summary, "t")
     assert table.splitlines()[2].split()[4:6] == ["1", "2"]  # succ 1, fail 2 (failure + abandoned)
     assert "fail includes 1 abandoned" in table

@@ -1,4 +1,5 @@
-"""The typed records: the pure core loads no framework, and the pool manifest round-trips its file format."""
+"""The typed records: the pure core loads no framework, the pool manifest round-trips its file format, and a
+stored grade and try parse from and back to the JSON the store keeps."""
 
 import json
 import subprocess
@@ -7,7 +8,16 @@ import sys
 import pytest
 
 from tbx.errors import ConfigError
-from tbx.records import Grade, JudgeVerdict, PoolManifest, PoolTask, TrainState, manifest_hash
+from tbx.records import (
+    Grade,
+    JudgeVerdict,
+    Outcome,
+    PoolManifest,
+    PoolTask,
+    StoredTry,
+    TrainState,
+    manifest_hash,
+)
 
 HEAVY = ("mcp", "sqlalchemy", "torch", "transformers", "hydra", "omegaconf")
 
@@ -110,3 +120,26 @@ def test_a_stored_grade_round_trips_with_its_checks():
 def test_an_excluded_grade_says_why():
     grade = Grade.from_dict({"passed": None, "checks": [], "judge": [], "excluded_reason": "no judge"})
     assert grade.passed is None and grade.explain() == "excluded: no judge"
+
+
+def test_a_stored_try_round_trips_in_the_store_s_key_order():
+    row = {"task_id": "mock/a", "domain": "mock", "family": "f", "attempt": 2, "seed": 7, "outcome": "failure",
+           "reward": 0.0, "cause": "expected[0]: missing", "ended_by": "user_stop",
+           "transcript": [{"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "get_account",
+                                                                               "arguments": {"account_id": 1}}]},
+                          {"role": "tool", "content": "{}", "tool_call_id": "c1", "name": "get_account"}],
+           "usage": {"agent": {"prompt_tokens": 3, "completion_tokens": 1}}, "counts": {"turns": 1},
+           "final_delta": {"accounts": {"pk": ["id"], "rows": []}}, "grade": stored_grade(),
+           "hashes": {"task": "t"}, "timings": {"total": 0.5}, "extra": {"policy": "coin"},
+           "try": 1, "cost_usd": 0.25, "stage": "eval"}
+    tried = StoredTry.parse(json.dumps(row))
+    assert (tried.outcome, tried.reward, tried.try_index, tried.cost_usd) == (Outcome.FAILURE, 0.0, 1, 0.25)
+    assert tried.transcript[1].tool_calls[0].arguments == {"account_id": 1} and tried.grade.judge[0].passed
+    assert json.dumps(tried.to_dict()) == json.dumps(row)
+
+
+def test_a_stored_try_of_an_older_record_takes_defaults_for_what_it_lacks():
+    tried = StoredTry.from_dict({"task_id": "mock/a", "attempt": 0, "outcome": "infra_error", "grade": None})
+    assert (tried.reward, tried.ended_by, tried.extra, tried.try_index, tried.cost_usd, tried.stage) == (
+        None, "", {}, 0, 0.0, "")

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -26,6 +26,7 @@ from tbx.durable import write_text
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.faults import validate_faults
 from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
+from tbx.records import StoredTry
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store import ResultStore, open_store
@@ -47,32 +48,32 @@ def validate_eval(cfg: Config) -> None:
 EPISODE_COLUMNS = ["task", "attempt", "outcome", "reward", "turns", "tokens", "cause", "transcript (end)"]
 
 
-def transcript_excerpt(record: dict[str, Any], limit: int = 300) -> str:
+def transcript_excerpt(record: StoredTry, limit: int = 300) -> str:
     """The end of an episode's conversation as one line (who said what, tool calls by name), at most
     `limit` characters: where a failure usually shows."""
     parts = []
-    for message in record.get("transcript", []):
-        if message["role"] == "system":
+    for message in record.transcript:
+        if message.role == "system":
             continue
-        calls = "".join(f" [{c.get('name')}]" for c in message.get("tool_calls", []))
-        text = " ".join(str(message.get("content") or "").split())
-        parts.append(f"{message['role']}: {text[:120]}{calls}")
+        calls = "".join(f" [{c.name}]" for c in message.tool_calls)
+        text = " ".join(message.content.split())
+        parts.append(f"{message.role}: {text[:120]}{calls}")
     line = " | ".join(parts)
     return line if len(line) <= limit else "…" + line[-(limit - 1):]
 
 
-def episode_rows(records: list[dict[str, Any]]) -> list[list[Any]]:
+def episode_rows(records: list[StoredTry]) -> list[list[Any]]:
     """One row per attempt (its final try) for the W&B episode table (EPISODE_COLUMNS)."""
     rows = []
-    for r in sorted(records, key=lambda r: (r["task_id"], r["attempt"])):
-        tokens = sum(u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) for u in r.get("usage", {}).values())
-        rows.append([r["task_id"], r["attempt"], r["outcome"], r.get("reward"), r.get("counts", {}).get("turns", 0),
-                     tokens, str(r.get("cause", ""))[:200], transcript_excerpt(r)])
+    for r in sorted(records, key=lambda r: (r.task_id, r.attempt)):
+        tokens = sum(u.prompt_tokens + u.completion_tokens for u in r.usage.values())
+        rows.append([r.task_id, r.attempt, r.outcome.value, r.reward, r.counts.get("turns", 0), tokens, r.cause[:200],
+                     transcript_excerpt(r)])
     return rows
 
 
 def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str,
-                records: list[dict[str, Any]] | None = None) -> None:
+                records: list[StoredTry] | None = None) -> None:
     """Headline metrics per domain, a per-family table and, given the records, the episode table to the
     logging sink."""
     metrics = {f"{prefix}/{key}": summary[key] for key in ("pass_at_1", "pass_at_k", "observed_all", "n_tasks",
@@ -91,7 +92,7 @@ def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str
             sink.table(f"{prefix}/episodes", EPISODE_COLUMNS, episode_rows(records))
 
 
-def headline(records: list[dict[str, Any]], attempts: int) -> dict[str, Any]:
+def headline(records: list[StoredTry], attempts: int) -> dict[str, Any]:
     """pass@k, observed k/k and the short tasks; all None (undefined) when no attempt got a verdict."""
     outcomes, _, _ = outcomes_from_records(records)
     if not any(outcomes.values()):  # every attempt errored: there is nothing to estimate, not a 0
@@ -148,16 +149,17 @@ def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterab
     sink, `summary_path`, and the table printed to `out` (stdout by default). `label` names the agent.
     A run without any verdict (every attempt errored) reports pass@1 as undefined and exits 3."""
     wanted = {(t, a) for t in task_ids for a in range(cfg.eval.attempts)}
-    records = [r for r in log.final_records() if (r["task_id"], r["attempt"]) in wanted]
-    summary = outcome_summary(records) | headline(records, cfg.eval.attempts) | {
+    records = [r for r in log.final_records() if (r.task_id, r.attempt) in wanted]
+    outcomes = outcome_summary(records)
+    summary = asdict(outcomes) | headline(records, cfg.eval.attempts) | {
         "k": cfg.eval.attempts, "run_dir": str(run_dir), "policy": label, "tasks": cfg.tasks.name,
         "attempts": cfg.eval.attempts, "error_tries": log.error_tries(),
-        "cost_usd": sum(r.get("cost_usd", 0.0) for r in log.records)}
+        "cost_usd": sum(r.cost_usd for r in log.records)}
     write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
     log_summary(cfg, run_dir, summary, "eval", records)
     if cfg.summary_path:
         write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
-    print(format_summary(summary, title), file=out or sys.stdout)
+    print(format_summary(outcomes, title), file=out or sys.stdout)
     print(f"look at the episodes: {viewer_command([str(run_dir)])}", file=out or sys.stdout)
     if summary["pass_at_1"] is None and records:
         print(f"no attempt reached a verdict ({summary['errors']} errors, {summary['counts']['excluded']} "

@@ -152,7 +152,7 @@ class TaskSet:
         record_engine(self.run.run_dir, {"name": consumer, "agent": consumer, "transport": "tbx.envs"})
         taken: dict[str, int] = defaultdict(lambda: -1)
         for record in self.run.log.records:
-            taken[record["task_id"]] = max(taken[record["task_id"]], record["attempt"])
+            taken[record.task_id] = max(taken[record.task_id], record.attempt)
         self._attempts = {task_id: itertools.count(taken[task_id] + 1) for task_id in self.run.runtimes}
         self._lock = threading.Lock()
         self.loop = _Loop()

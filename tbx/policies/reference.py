@@ -8,7 +8,7 @@ transcripts; they are not agents under test, which is why they may read the task
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tbx.errors import ConfigError, InfraError
@@ -69,41 +69,47 @@ class NullPolicy(Policy):
 
 
 def _turns_from_record(record: dict, source: str) -> list[AssistantTurn]:
+    """The agent's turns of a JSONL record: its `steps`, or the assistant messages of its `transcript`."""
     if "steps" in record:
         return turns_from_steps([Step(tool=s.get("tool"), arguments=s.get("arguments") or {}, say=s.get("say"))
                                  for s in record["steps"]])
     if "transcript" in record:
-        turns = []
-        for message in record["transcript"]:
-            if message.get("role") == "assistant":
-                parsed = Message.from_dict(message)
-                turns.append(AssistantTurn(content=parsed.content, tool_calls=parsed.tool_calls))
-        return turns
+        return _assistant_turns(Message.from_dict(m) for m in record["transcript"] if m.get("role") == "assistant")
     raise ConfigError(source, "policy.path", "a record has neither 'steps' nor 'transcript'",
                       "give a run folder of an earlier run or JSONL records {task_id:, steps: [...]}")
 
 
-def _read_replay_records(path: str) -> list[tuple[int, dict]]:
-    """(line, record) pairs from a JSONL file, or every stored try of a run folder / results.sqlite."""
+def _assistant_turns(messages: Iterable[Message]) -> list[AssistantTurn]:
+    return [AssistantTurn(content=m.content, tool_calls=m.tool_calls) for m in messages if m.role == "assistant"]
+
+
+def _replayed(path: str) -> list[tuple[str, int | None, list[AssistantTurn]]]:
+    """(task id, attempt or None, the agent's turns) of every record: each stored try of a run folder or
+    results.sqlite, or each line of a JSONL file."""
     file = Path(path)
     if file.is_dir() or file.suffix == ".sqlite":
         from tbx.store.results import read_records
 
         try:
-            return list(enumerate(read_records(file), 1))
+            tries = read_records(file)
         except InfraError as exc:
             raise ConfigError(path, "policy.path", str(exc), "give a run folder with results.sqlite") from exc
+        return [(t.task_id, t.attempt, _assistant_turns(t.transcript)) for t in tries]
     if not file.is_file():
         raise ConfigError(path, "policy.path", "no such file", "give a run folder, results.sqlite or a JSONL file")
-    records = []
+    replayed = []
     for number, line in enumerate(file.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                records.append((number, json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{number}", "policy.path", f"not JSON ({exc.msg})",
-                                  "one JSON object per line") from exc
-    return records
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{number}", "policy.path", f"not JSON ({exc.msg})",
+                              "one JSON object per line") from exc
+        if "task_id" not in record:
+            raise ConfigError(f"{path}:{number}", "task_id", "missing", "each record names its task_id")
+        replayed.append((record["task_id"], record.get("attempt"), _turns_from_record(record, f"{path}:{number}")))
+    return replayed
 
 
 class ReplayPolicy(Policy):
@@ -115,12 +121,9 @@ class ReplayPolicy(Policy):
     def __init__(self, path: str):
         self.source = path
         self.turns: dict[tuple[str, int | None], list[AssistantTurn]] = {}
-        for number, record in _read_replay_records(path):
-            if "task_id" not in record:
-                raise ConfigError(f"{path}:{number}", "task_id", "missing", "each record names its task_id")
-            attempt = record.get("attempt")
-            self.turns[(record["task_id"], attempt)] = _turns_from_record(record, f"{path}:{number}")
-            self.turns.setdefault((record["task_id"], None), self.turns[(record["task_id"], attempt)])
+        for task_id, attempt, turns in _replayed(path):
+            self.turns[(task_id, attempt)] = turns
+            self.turns.setdefault((task_id, None), turns)
 
     @classmethod
     def from_config(cls, setup: PolicySetup) -> ReplayPolicy:

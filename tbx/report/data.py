@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -21,11 +20,12 @@ from tbx.metrics import (
     summarize,
 )
 from tbx.paired import PairedDifference, paired_difference
+from tbx.records import StoredTry
 
 
 @dataclass(frozen=True)
 class RunData:
-    """One evaluated run: its final episode records (dicts as stored) and how to price them.
+    """One evaluated run: its final tries (as stored) and how to price them.
 
     The agent's tokens are priced as `model_name`; the simulated user's and the judge's as
     `user_model` and `judge_model` (empty when that role spent no tokens). `k` is the attempts
@@ -36,14 +36,14 @@ class RunData:
     """
 
     name: str
-    records: Sequence[Mapping[str, Any]]
+    records: Sequence[StoredTry]
     model_name: str
     prices: Mapping[str, Prices]
     k: int
     user_model: str = ""
     judge_model: str = ""
     allow_incomplete: bool = False
-    billed_records: Sequence[Mapping[str, Any]] | None = None
+    billed_records: Sequence[StoredTry] | None = None
     tasks: Mapping[str, str] | None = None  # the run's task set (id -> domain, from run.json); None: as stored
 
     def role_models(self) -> dict[str, str]:
@@ -81,7 +81,7 @@ def compute_stats(run: RunData, rng: np.random.Generator, resamples: int = 2000)
     outcomes, domains, errors = outcomes_from_records(run.records)
     cells: dict[str, dict[int, str]] = {}
     for record in run.records:
-        cells.setdefault(record["task_id"], {})[int(record["attempt"])] = record["outcome"]
+        cells.setdefault(record.task_id, {})[record.attempt] = record.outcome.value
     unplayed = {task: domain for task, domain in (run.tasks or {}).items() if task not in outcomes}
     summary = summarize(outcomes | {task: [] for task in unplayed}, domains | unplayed, attempts=run.k,
                         allow_incomplete=run.allow_incomplete)

@@ -26,21 +26,21 @@ from tbx.durable import write_text
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
 from tbx.preemption import run_loop
+from tbx.records import Outcome
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store import ResultStore, open_store
-from tbx.store.results import ERROR_VALUES
 
 
 def counts(store: ResultStore, below: int | None = None) -> dict[str, tuple[int, int]]:
     """(k, n) per task: successes among final attempts that reached a verdict (attempts < `below`)."""
     tally: dict[str, list[int]] = {}
     for record in store.final_records():
-        if below is not None and record["attempt"] >= below:
+        if below is not None and record.attempt >= below:
             continue
-        k_n = tally.setdefault(record["task_id"], [0, 0])
-        if record["outcome"] in ("success", "failure"):
-            k_n[0] += record["outcome"] == "success"
+        k_n = tally.setdefault(record.task_id, [0, 0])
+        if record.outcome in (Outcome.SUCCESS, Outcome.FAILURE):
+            k_n[0] += record.outcome is Outcome.SUCCESS
             k_n[1] += 1
     return {task: (k, n) for task, (k, n) in tally.items()}
 
@@ -124,10 +124,10 @@ def run_probe(cfg: Config) -> dict[str, Any]:
     bands = Counter(v["band"] for v in per_task.values())
     summary = {
         "run_dir": str(run_dir), "n_tasks": len(per_task), "rounds": rounds, "episodes": episodes,
-        "error_tries": sum(1 for r in store.records if r["outcome"] in ERROR_VALUES),
+        "error_tries": store.error_tries(),
         "episodes_share_of_fixed_n": episodes / (cfg.probe.attempts * max(len(per_task), 1)),
         "bands": {name: bands.get(name, 0) for name in cfg.difficulty.names} | {"no verdict": bands.get(None, 0)},
-        "cost_usd": sum(r.get("cost_usd", 0.0) for r in store.records),
+        "cost_usd": sum(r.cost_usd for r in store.records),
         "tasks": per_task,
     }
     write_text(run_dir / "probe.json", json.dumps(summary, indent=2))

@@ -17,10 +17,9 @@ from tbx.config import Config
 from tbx.durable import write_text
 from tbx.errors import ConfigError
 from tbx.grading import grade_state
-from tbx.grading.judge import JudgeVerdict
-from tbx.records import Outcome
+from tbx.records import ERROR_OUTCOMES, Outcome, StoredTry
 from tbx.runs import read_run_meta
-from tbx.store.results import ERROR_VALUES, read_records
+from tbx.store.results import read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange
 
@@ -35,19 +34,18 @@ def _load_runtimes(run_dir: Path) -> dict[str, dict[str, Any]]:
     return runtimes
 
 
-def regrade_record(record: dict[str, Any], runtime: dict[str, Any]) -> str:
+def regrade_record(record: StoredTry, runtime: dict[str, Any]) -> Outcome:
     """The outcome the current grader gives a stored episode."""
     task = load_task(runtime["task"], runtime["source"], policy_text="(stored)")
     initial = runtime["initial"]
-    final = apply_delta(initial, record["final_delta"])
+    final = apply_delta(initial, record.final_delta)
     expected = [ExpectedChange(**e) for e in runtime["expected"]]
-    stored_judge = (record.get("grade") or {}).get("judge") or []
-    verdicts = [JudgeVerdict(v["rule_id"], v["passed"], v["reason"]) for v in stored_judge]
+    verdicts = record.grade.judge if record.grade is not None else ()  # the judge's stored decisions
     grade = grade_state(initial, final, expected, runtime["volatile"], task.checks.loose, task.checks.judge,
-                        verdicts if (stored_judge or not task.checks.judge) else None)
+                        verdicts if (verdicts or not task.checks.judge) else None)
     if grade.passed is None:
-        return Outcome.EXCLUDED.value
-    return Outcome.SUCCESS.value if grade.passed else Outcome.FAILURE.value
+        return Outcome.EXCLUDED
+    return Outcome.SUCCESS if grade.passed else Outcome.FAILURE
 
 
 def run_regrade(cfg: Config) -> dict[str, Any]:
@@ -62,17 +60,17 @@ def run_regrade(cfg: Config) -> dict[str, Any]:
     runtimes = _load_runtimes(run_dir)
     checked, reproduced, mismatches = 0, 0, []
     for record in records:
-        if record["final_delta"] is None or record["outcome"] in ERROR_VALUES:
+        if record.final_delta is None or record.outcome in ERROR_OUTCOMES:
             continue  # no verdict was reached: nothing to reproduce
-        if record["outcome"] == Outcome.ABANDONED.value:
+        if record.outcome is Outcome.ABANDONED:
             continue  # the verdict is that the agent left, whatever state it left
-        outcome = regrade_record(record, runtimes[record["task_id"]])
+        outcome = regrade_record(record, runtimes[record.task_id])
         checked += 1
-        if outcome == record["outcome"]:
+        if outcome is record.outcome:
             reproduced += 1
         else:
-            mismatches.append({"task_id": record["task_id"], "attempt": record["attempt"],
-                               "stored": record["outcome"], "regraded": outcome})
+            mismatches.append({"task_id": record.task_id, "attempt": record.attempt,
+                               "stored": record.outcome.value, "regraded": outcome.value})
     summary = {"run_dir": str(run_dir), "checked": checked, "reproduced": reproduced, "mismatches": mismatches}
     write_text(run_dir / "regrade.json", json.dumps(summary, indent=2), "regrade.run_dir")
     if cfg.summary_path:

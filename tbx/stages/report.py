@@ -22,6 +22,7 @@ from tbx.config import Config
 from tbx.cost import parse_price_table
 from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
+from tbx.records import StoredTry
 from tbx.report import INTERVAL_COLUMNS, RunData, render_report
 from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
@@ -59,9 +60,9 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     meta = read_run_meta(run_dir / "run.json")
     run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
     tries = read_records(store_url or run_dir, meta["identity"])
-    finals: dict[tuple[str, int], dict[str, Any]] = {}
+    finals: dict[tuple[str, int], StoredTry] = {}
     for record in tries:
-        finals[(record["task_id"], record["attempt"])] = record
+        finals[(record.task_id, record.attempt)] = record
     agent, price_in, price_out = _agent_model(run_cfg)
     table = {agent: {"input": price_in, "output": price_out}}
     roles = {}

@@ -12,6 +12,7 @@ changes during a run.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,46 +24,44 @@ from tbx.durable import write_text
 from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
 from tbx.pool import PoolStrategy, select_pool
-from tbx.records import PoolManifest, PoolTask
+from tbx.records import Outcome, PoolManifest, PoolTask, StoredTry
 from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.store.results import read_records
 
 
-def probe_counts(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """k, n and labels per task from stored probe tries (the last try of each attempt)."""
-    last: dict[tuple[str, int], dict[str, Any]] = {}
+def probe_counts(records: list[StoredTry]) -> dict[str, PoolTask]:
+    """k, n, errors and labels per task from stored probe tries (the last try of each attempt), as the pool's
+    rows before selection."""
+    last: dict[tuple[str, int], StoredTry] = {}
     for record in records:
-        last[(record["task_id"], record["attempt"])] = record
-    tasks: dict[str, dict[str, Any]] = {}
+        last[(record.task_id, record.attempt)] = record
+    tasks: dict[str, PoolTask] = {}
     for (task_id, _), record in sorted(last.items()):
-        entry = tasks.setdefault(task_id, {"domain": record["domain"], "family": record["family"], "k": 0, "n": 0,
-                                           "errors": 0})
-        if record["outcome"] in ("success", "failure"):
-            entry["k"] += record["outcome"] == "success"
-            entry["n"] += 1
-        elif record["outcome"] != "excluded":
-            entry["errors"] += 1
+        task = tasks.get(task_id) or PoolTask(id=task_id, domain=record.domain, family=record.family)
+        if record.outcome in (Outcome.SUCCESS, Outcome.FAILURE):
+            task = replace(task, k=task.k + (record.outcome is Outcome.SUCCESS), n=task.n + 1)
+        elif record.outcome is not Outcome.EXCLUDED:
+            task = replace(task, errors=task.errors + 1)
+        tasks[task_id] = task
     return tasks
 
 
-def build_manifest(cfg: Config, probe_dir: Path, records: list[dict[str, Any]]) -> PoolManifest:
+def build_manifest(cfg: Config, probe_dir: Path, records: list[StoredTry]) -> PoolManifest:
     edges = validate_edges(cfg.difficulty.edges)
     names = validate_band_names(cfg.difficulty.names, edges)
     strategy = PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges))
     tasks = probe_counts(records)
-    unjudged = sorted(t for t, e in tasks.items() if e["n"] == 0)
-    difficulties = {t: describe(e["k"], e["n"], edges) for t, e in tasks.items() if e["n"] > 0}
+    unjudged = sorted(t for t, e in tasks.items() if e.n == 0)
+    difficulties = {t: describe(e.k, e.n, edges) for t, e in tasks.items() if e.n > 0}
     selection = select_pool(difficulties, strategy, edges)
     kept = set(selection.kept)
     rows = []
-    for task_id, entry in sorted(tasks.items()):
+    for task_id, counted in sorted(tasks.items()):
         d = difficulties.get(task_id)
-        rows.append(PoolTask(id=task_id, domain=entry["domain"], family=entry["family"], k=entry["k"], n=entry["n"],
-                             errors=entry["errors"], kept=task_id in kept,
-                             band=None if d is None else names[d.band], mean=None if d is None else d.mean,
-                             interval=None if d is None else tuple(d.interval),
-                             masses=None if d is None else tuple(d.masses)))
+        rows.append(replace(counted, kept=task_id in kept, band=None if d is None else names[d.band],
+                            mean=None if d is None else d.mean, interval=None if d is None else tuple(d.interval),
+                            masses=None if d is None else tuple(d.masses)))
     probe_meta = read_run_meta(probe_dir / "run.json")
     probe_tasks = yaml.safe_load((probe_dir / "config.yaml").read_text())["tasks"]  # as run, paths included
     return PoolManifest(

@@ -6,7 +6,8 @@ re-sent or re-run write never duplicates. A killed run resumes from what is here
 final when its last try reached a verdict or used up its error retries; nothing final runs again.
 Several processes may work on one run: an attempt is claimed here before it runs (`claims.py`), and
 a try is stored only under its claim. The full episode (transcript, terminal-state delta, grade,
-hashes) is kept as JSON beside the columns that reports and resumption query.
+hashes) is kept as JSON beside the columns that reports and resumption query; readers get it back as a
+`tbx.records.StoredTry`, whatever release wrote it.
 
 Every wait is bounded: SQLite waits at most `timeout_s` for the write lock; PostgreSQL connections
 time out and carry `statement_timeout`. A store that cannot be reached or written at start, or a disk
@@ -23,7 +24,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -52,16 +52,16 @@ from sqlalchemy.exc import (
 
 from tbx.durable import ensure_folder
 from tbx.errors import ConfigError, InfraError
-from tbx.records import ERROR_OUTCOMES, EpisodeResult
+from tbx.records import ERROR_OUTCOMES, EpisodeResult, Outcome, StoredTry
 from tbx.store.claims import RUN_LOCK, Claim, Claims, claims_table, describe_owner
 
-ERROR_VALUES = {o.value for o in ERROR_OUTCOMES}
 
-
-def settled(last_outcome: str, tries: int, max_error_retries: int) -> bool:
+def settled(last_outcome: Outcome, tries: int, max_error_retries: int) -> bool:
     """Whether an attempt is final after `tries` tries, the last ending in `last_outcome`: a verdict,
     or an error with no re-run left."""
-    return last_outcome not in ERROR_VALUES or tries > max_error_retries
+    return last_outcome not in ERROR_OUTCOMES or tries > max_error_retries
+
+
 metadata = MetaData()
 
 attempts = Table(
@@ -187,30 +187,30 @@ class ResultStore:
             if "already exists" not in str(exc):  # another shard created it between check and create
                 raise _store_error(engine, exc) from None
         self.claims = Claims(engine, claims, run_id)
-        self._tries: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-        self.records: list[dict[str, Any]] = []
+        self._tries: dict[tuple[str, int], list[StoredTry]] = defaultdict(list)
+        self.records: list[StoredTry] = []
         if read_tries:  # a campaign worker reads an attempt's tries when it claims it, not every try up front
             self.refresh()
 
     def refresh(self) -> None:
         """Read this run's tries again (other processes may have stored some)."""
-        self._tries: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-        self.records: list[dict[str, Any]] = []
+        self._tries: dict[tuple[str, int], list[StoredTry]] = defaultdict(list)
+        self.records: list[StoredTry] = []
         for record in self._read(attempts.c.run_id == self.run_id):
             self._remember(record)
 
-    def _read(self, condition) -> list[dict[str, Any]]:  # noqa: ANN001 - a SQLAlchemy condition
+    def _read(self, condition) -> list[StoredTry]:  # noqa: ANN001 - a SQLAlchemy condition
         query = select(attempts.c.record).where(condition).order_by(attempts.c.task_id, attempts.c.attempt,
                                                                      attempts.c.try_index)
         try:
             with self.engine.connect() as conn:
-                return [json.loads(blob) for (blob,) in conn.execute(query)]
+                return [StoredTry.parse(blob) for (blob,) in conn.execute(query)]
         except OperationalError as exc:
             raise _store_error(self.engine, exc) from None
 
-    def _remember(self, record: dict[str, Any]) -> None:
+    def _remember(self, record: StoredTry) -> None:
         self.records.append(record)
-        self._tries[(record["task_id"], record["attempt"])].append(record)
+        self._tries[(record.task_id, record.attempt)].append(record)
 
     def claim(self, task_id: str, attempt: int, max_error_retries: int) -> tuple[Claim | None, str]:
         """Claim an attempt to play it: (OURS, me) with its tries read again, (None, "") when it turned
@@ -222,7 +222,7 @@ class ResultStore:
         fresh = self._read((attempts.c.run_id == self.run_id) & (attempts.c.task_id == task_id)
                            & (attempts.c.attempt == attempt))
         if fresh != self._tries.get(key, []):  # another process stored tries of it meanwhile
-            self.records = [r for r in self.records if (r["task_id"], r["attempt"]) != key] + fresh
+            self.records = [r for r in self.records if (r.task_id, r.attempt) != key] + fresh
             self._tries[key] = fresh
         if self.is_final(task_id, attempt, max_error_retries):
             self.claims.give_back(task_id, attempt)
@@ -248,30 +248,29 @@ class ResultStore:
         tries = self._tries.get((task_id, attempt), [])  # a lookup adds no empty entry for final_records
         if not tries:
             return False
-        return settled(tries[-1]["outcome"], len(tries), max_error_retries)
+        return settled(tries[-1].outcome, len(tries), max_error_retries)
 
     def append(self, result: EpisodeResult, cost_usd: float = 0.0, max_error_retries: int | None = None
-               ) -> dict[str, Any]:
+               ) -> StoredTry:
         """Store a try (under this process's claim, when it holds one). With `max_error_retries`, a try
         that makes the attempt final gives its claim back in the same transaction."""
-        record = result.to_dict() | {"try": self.tries(result.task_id, result.attempt), "cost_usd": cost_usd,
-                                     "stage": self.stage}
+        stored = StoredTry.of(result, self.tries(result.task_id, result.attempt), cost_usd, self.stage)
         usage = result.usage
         row = {
             "run_id": self.run_id, "task_id": result.task_id, "attempt": result.attempt,
-            "try_index": record["try"], "stage": self.stage, "domain": result.domain, "family": result.family,
+            "try_index": stored.try_index, "stage": self.stage, "domain": result.domain, "family": result.family,
             "outcome": result.outcome.value, "reward": result.reward,
             "prompt_tokens": sum(u.prompt_tokens for u in usage.values()),
             "completion_tokens": sum(u.completion_tokens for u in usage.values()),
             "cost_usd": cost_usd, "seconds": result.timings.get("total", 0.0),
             "task_hash": result.hashes["task"], "tools_hash": result.hashes["tools"],
             "grader_hash": result.hashes["grader"], "created_at": time.time(),
-            "record": json.dumps(record, ensure_ascii=False, default=str),
+            "record": json.dumps(stored.to_dict(), ensure_ascii=False, default=str),
         }
         dialect = self.engine.dialect.name
         statement = (pg_insert if dialect == "postgresql" else sqlite_insert)(attempts).values(**row)
         key = (result.task_id, result.attempt)
-        final = max_error_retries is not None and settled(result.outcome.value, record["try"] + 1, max_error_retries)
+        final = max_error_retries is not None and settled(result.outcome, stored.try_index + 1, max_error_retries)
         try:
             with self.engine.begin() as conn:
                 if key in self.claims.held:
@@ -281,8 +280,8 @@ class ResultStore:
                     self.claims.give_back(*key, conn)
         except OperationalError as exc:
             raise _store_error(self.engine, exc) from None
-        self._remember(record)
-        return record
+        self._remember(stored)
+        return stored
 
     def discard_from(self, first_attempt: int) -> int:
         """Delete this run's tries of attempts numbered `first_attempt` and above; return how many.
@@ -294,18 +293,18 @@ class ResultStore:
         doomed = (attempts.c.run_id == self.run_id) & (attempts.c.attempt >= first_attempt)
         with self.engine.begin() as conn:
             removed = conn.execute(attempts.delete().where(doomed)).rowcount
-        kept = [r for r in self.records if r["attempt"] < first_attempt]
+        kept = [r for r in self.records if r.attempt < first_attempt]
         self.records, self._tries = [], defaultdict(list)
         for record in kept:
             self._remember(record)
         return removed
 
-    def final_records(self) -> list[dict[str, Any]]:
+    def final_records(self) -> list[StoredTry]:
         """The last try of every attempt, in task/attempt order."""
         return [tries[-1] for _, tries in sorted(self._tries.items())]
 
     def error_tries(self) -> int:
-        return sum(1 for r in self.records if r["outcome"] in ERROR_VALUES)
+        return sum(1 for r in self.records if r.outcome in ERROR_OUTCOMES)
 
     def close(self) -> None:
         self.claims.stop()
@@ -349,9 +348,9 @@ def _record_blobs(source: str | Path, run_id: str | None = None) -> Iterator[str
         engine.dispose()
 
 
-def read_records(source: str | Path, run_id: str | None = None) -> list[dict[str, Any]]:
+def read_records(source: str | Path, run_id: str | None = None) -> list[StoredTry]:
     """Every stored try from a run folder, a results.sqlite file or a database URL."""
-    return [json.loads(blob) for blob in _record_blobs(source, run_id)]
+    return [StoredTry.parse(blob) for blob in _record_blobs(source, run_id)]
 
 
 def records_digest(source: str | Path) -> str:

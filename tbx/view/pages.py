@@ -18,6 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from tbx.backend.state import canonical
 from tbx.metrics import bootstrap_ci, outcomes_from_records, summarize
 from tbx.paired import paired_difference
+from tbx.records import StoredTry
 from tbx.view.store import JUDGE_DECISIONS, OUTCOMES, AttemptFilter, AttemptRow, StoredRun
 
 HEADLINE_RESAMPLES = 1000
@@ -40,8 +41,7 @@ def render(template: str, links: Any, **context: Any) -> str:
 # --- runs -------------------------------------------------------------------------------------------
 
 def _outcomes(rows: Sequence[AttemptRow]) -> tuple[dict[str, list[bool]], dict[str, str], dict[str, int]]:
-    return outcomes_from_records({"task_id": r.task_id, "attempt": r.attempt, "outcome": r.outcome,
-                                  "domain": r.domain} for r in rows)
+    return outcomes_from_records(rows)
 
 
 def _rates(outcomes: dict[str, list[bool]], k: int, rng: np.random.Generator) -> dict[str, Any] | None:
@@ -85,7 +85,7 @@ def attempts_page(run: StoredRun, links: Any, filt: AttemptFilter, page: int, pa
     page = min(max(1, page), pages)
     shown = kept[(page - 1) * page_size:page * page_size]
     records = run.records((r.task_id, r.attempt) for r in shown)
-    causes = {key: (rec.get("cause", ""), rec.get("counts", {}).get("turns", 0)) for key, rec in records.items()}
+    causes = {key: (rec.cause, rec.counts.get("turns", 0)) for key, rec in records.items()}
     return render("attempts.html", links, run=run, rows=shown, causes=causes, filt=filt, page=page, pages=pages,
                   total=len(rows), matched=len(kept), outcomes=OUTCOMES, decisions=JUDGE_DECISIONS,
                   domains=sorted({r.domain for r in rows}), families=sorted({r.family for r in rows}))
@@ -93,17 +93,16 @@ def attempts_page(run: StoredRun, links: Any, filt: AttemptFilter, page: int, pa
 
 # --- an episode -------------------------------------------------------------------------------------
 
-def transcript(record: dict[str, Any]) -> list[dict[str, Any]]:
+def transcript(record: StoredTry) -> list[dict[str, Any]]:
     """The conversation as the page shows it: each message with its role, and a tool result with the name
     of the call it answers."""
     names = {}
     items = []
-    for message in record.get("transcript", []):
-        for call in message.get("tool_calls", []):
-            names[call.get("id", "")] = call.get("name", "")
-        items.append({"role": message["role"], "content": message.get("content") or "",
-                      "calls": message.get("tool_calls", []), "is_error": bool(message.get("is_error")),
-                      "answers": names.get(message.get("tool_call_id", ""), message.get("name", ""))})
+    for message in record.transcript:
+        for call in message.tool_calls:
+            names[call.id] = call.name
+        items.append({"role": message.role, "content": message.content, "calls": message.tool_calls,
+                      "is_error": message.is_error, "answers": names.get(message.tool_call_id, message.name)})
     return items
 
 
@@ -119,27 +118,27 @@ def _row_diff(change: dict[str, Any], spec: dict[str, Any] | None) -> dict[str, 
     return {"op": change.get("op"), "table": change.get("table"), "key": change.get("key"), "cells": cells}
 
 
-def verdict(record: dict[str, Any], task: dict[str, Any] | None) -> list[dict[str, Any]]:
+def verdict(record: StoredTry, task: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The grade's checks, each with its row diff: expected vs terminal rows, and the extra side effects
     (the rows of "no other change") marked as such."""
     specs = (task or {}).get("expected", [])
     checks = []
-    for check in (record.get("grade") or {}).get("checks", []):
-        name = check["name"]
+    for check in record.grade.checks if record.grade is not None else ():
+        name = check.name
         spec = None
         if name.startswith("expected[") and "]" in name:
             index = int(name[len("expected["):name.index("]")])
             spec = specs[index] if index < len(specs) else None
         extra = name == "no other change"
-        checks.append({"name": name, "passed": check["passed"], "detail": check["detail"], "extra": extra,
-                       "spec": spec, "rows": [_row_diff(r, spec) for r in check.get("rows", [])]})
+        checks.append({"name": name, "passed": check.passed, "detail": check.detail, "extra": extra,
+                       "spec": spec, "rows": [_row_diff(r, spec) for r in check.rows]})
     return checks
 
 
-def judge_rules(task: dict[str, Any] | None, record: dict[str, Any]) -> list[dict[str, Any]]:
+def judge_rules(task: dict[str, Any] | None, record: StoredTry) -> list[dict[str, Any]]:
     """Each judge rule of the task with the judge's decision and evidence on it."""
     rules = {r.get("id", ""): r for r in ((task or {}).get("task", {}).get("checks", {}).get("judge") or [])}
-    verdicts = {v["rule_id"]: v for v in (record.get("grade") or {}).get("judge", [])}
+    verdicts = {v.rule_id: v for v in (record.grade.judge if record.grade is not None else ())}
     return [{"id": rule_id, "rule": rules.get(rule_id, {}), "verdict": verdicts.get(rule_id)}
             for rule_id in dict.fromkeys([*rules, *verdicts])]
 
@@ -149,11 +148,10 @@ def episode_context(run: StoredRun, task_id: str, attempt: int) -> dict[str, Any
     if not tries:
         return None
     record, task = tries[-1], run.task(task_id)
-    usage = record.get("usage", {})
     return {"run": run, "record": record, "task": task, "tries": tries, "transcript": transcript(record),
             "checks": verdict(record, task), "judge": judge_rules(task, record),
-            "usage": {role: u.get("prompt_tokens", 0) + u.get("completion_tokens", 0) for role, u in usage.items()},
-            "usage_detail": usage, "weights": run.meta.get("engine", {}).get("weights"),
+            "usage": {role: u.prompt_tokens + u.completion_tokens for role, u in record.usage.items()},
+            "weights": run.meta.get("engine", {}).get("weights"),
             "engine": run.meta.get("engine", {}), "run_seed": run.meta.get("settings", {}).get("seed")}
 
 

@@ -19,6 +19,7 @@ import yaml
 from sqlalchemy import Engine, create_engine, func, select, tuple_
 
 from tbx.errors import ConfigError
+from tbx.records import StoredTry
 from tbx.store.results import attempts
 
 OUTCOMES = ("success", "failure", "abandoned", "infra_error", "user_sim_error", "verifier_error", "excluded")
@@ -96,11 +97,11 @@ class StoredRun:
             self._rows = list(last.values())
         return self._rows
 
-    def records(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], dict[str, Any]]:
+    def records(self, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], StoredTry]:
         """The final try's whole record of each (task, attempt) asked."""
         tries = {(r.task_id, r.attempt): r.tries - 1 for r in self.rows()}
         wanted = [(t, a, tries[(t, a)]) for t, a in keys if (t, a) in tries]
-        found: dict[tuple[str, int], dict[str, Any]] = {}
+        found: dict[tuple[str, int], StoredTry] = {}
         c = attempts.c
         for start in range(0, len(wanted), 200):
             chunk = wanted[start:start + 200]
@@ -108,20 +109,20 @@ class StoredRun:
                                            tuple_(c.task_id, c.attempt, c.try_index).in_(chunk))
             with self.engine.connect() as conn:
                 for (blob,) in conn.execute(query):
-                    record = json.loads(blob)
-                    found[(record["task_id"], int(record["attempt"]))] = record
+                    record = StoredTry.parse(blob)
+                    found[(record.task_id, record.attempt)] = record
         return found
 
-    def record(self, task_id: str, attempt: int) -> dict[str, Any] | None:
+    def record(self, task_id: str, attempt: int) -> StoredTry | None:
         return self.records([(task_id, attempt)]).get((task_id, attempt))
 
-    def tries(self, task_id: str, attempt: int) -> list[dict[str, Any]]:
+    def tries(self, task_id: str, attempt: int) -> list[StoredTry]:
         """Every try of one attempt (errors re-run before the final one), in order."""
         c = attempts.c
         query = (select(c.record).where(c.run_id == self.run_id, c.task_id == task_id, c.attempt == attempt)
                  .order_by(c.try_index))
         with self.engine.connect() as conn:
-            return [json.loads(blob) for (blob,) in conn.execute(query)]
+            return [StoredTry.parse(blob) for (blob,) in conn.execute(query)]
 
     def judge_decisions(self) -> dict[tuple[str, int], str]:
         """(task, attempt) -> passed | failed | none, read from every final record once (SQLite picks the
@@ -133,7 +134,8 @@ class StoredRun:
                          .where(c.run_id == self.run_id).order_by(c.task_id, c.attempt, c.try_index))
                 with self.engine.connect() as conn:
                     judged = {(t, a): json.loads(v or "[]") for t, a, v in conn.execute(query)}  # the last try wins
-                self._judge = {key: _decision(verdicts) for key, verdicts in judged.items()}
+                self._judge = {key: _decision([bool(v.get("passed")) for v in verdicts])
+                               for key, verdicts in judged.items()}
             else:
                 records = self.records((r.task_id, r.attempt) for r in self.rows())
                 self._judge = {key: judge_decision(record) for key, record in records.items()}
@@ -167,14 +169,15 @@ class StoredRun:
 TASK_ID = re.compile(r'^\{"task": \{"id": "((?:[^"\\]|\\.)*)"')
 
 
-def judge_decision(record: dict[str, Any]) -> str:
-    return _decision((record.get("grade") or {}).get("judge") or [])
+def judge_decision(record: StoredTry) -> str:
+    return _decision([v.passed for v in record.grade.judge] if record.grade is not None else [])
 
 
-def _decision(verdicts: list[dict[str, Any]]) -> str:
-    if not verdicts:
+def _decision(passed: list[bool]) -> str:
+    """passed | failed | none of an attempt, from whether each judge rule passed."""
+    if not passed:
         return "none"
-    return "passed" if all(v.get("passed") for v in verdicts) else "failed"
+    return "passed" if all(passed) else "failed"
 
 
 def _agent(config: dict[str, Any]) -> str:

@@ -21,11 +21,9 @@ from tests.hardening.kill_harness import COIN, compare_attempts, integrity, stor
 from tests.stages.test_eval_regrade import make_cfg, run
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPARED = ("outcome", "reward", "final_delta", "grade", "transcript", "counts")
-
-
 def finals(run_dir: Path) -> dict:
-    return {(r["task_id"], r["attempt"]): {k: r[k] for k in COMPARED} for r in read_records(run_dir)}
+    return {(r.task_id, r.attempt): (r.outcome, r.reward, r.final_delta, r.grade, r.transcript, r.counts)
+            for r in read_records(run_dir)}
 
 
 def test_two_workers_store_the_verdicts_one_process_stores(tmp_path):

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tbx.policies.reference import DONE
+from tbx.records import EpisodeResult, StoredTry
 from tbx.serve.episode import USER_ENDED
 from tbx.store.results import read_records
 from tbx.tasks.model import Task
@@ -23,7 +23,7 @@ def overrides(tmp_path: Path, *more: str) -> list[str]:
     return [f"out_root={tmp_path}/outputs", f"backend.workdir={tmp_path}/db", *more]
 
 
-def eval_records(tmp_path: Path, policy: str, *tasks: str) -> dict[str, dict[str, Any]]:
+def eval_records(tmp_path: Path, policy: str, *tasks: str) -> dict[str, StoredTry]:
     """stage=eval of `tasks` with `policy` (oracle | null_agent), in process: each task's stored attempt 0."""
     from launch import run_stage
     from tbx.config_checks import compose_config, config_object
@@ -33,7 +33,7 @@ def eval_records(tmp_path: Path, policy: str, *tasks: str) -> dict[str, dict[str
     dict_cfg, error = compose_config(CONF, "config", words)
     assert error is None, error
     summary = run_stage(config_object(dict_cfg))
-    return {r["task_id"]: r for r in read_records(summary["run_dir"]) if r["attempt"] == 0}
+    return {r.task_id: r for r in read_records(summary["run_dir"]) if r.attempt == 0}
 
 
 def play_reference(task: Task, call: Callable[[str, dict], str], reply: Callable[[str], str]) -> str | None:
@@ -46,9 +46,9 @@ def play_reference(task: Task, call: Callable[[str, dict], str], reply: Callable
     return DONE
 
 
-def same_verdict(result: Any, record: dict[str, Any]) -> None:
-    """An adapter's episode has the verdict stage=eval stored for the same task and attempt."""
-    grade = None if result.grade is None else result.grade.to_dict()
-    assert (result.outcome.value, result.reward, grade) == (record["outcome"], record["reward"], record["grade"])
-    if record["ended_by"] == "user_stop":  # the same conversation, message for message
-        assert [m.to_dict() for m in result.transcript] == record["transcript"]
+def same_verdict(result: EpisodeResult, record: StoredTry) -> None:
+    """An adapter's episode has the verdict stage=eval stored for the same task and attempt (as stored)."""
+    played, stored = result.to_dict(), record.to_dict()
+    assert [played[k] for k in ("outcome", "reward", "grade")] == [stored[k] for k in ("outcome", "reward", "grade")]
+    if record.ended_by == "user_stop":  # the same conversation, message for message
+        assert played["transcript"] == stored["transcript"]

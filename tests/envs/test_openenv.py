@@ -75,7 +75,7 @@ def stored(tasks, task_id):
     from tbx.store.results import read_records
 
     tasks.run.log.refresh()
-    return [r for r in read_records(tasks.run_dir) if r["task_id"] == task_id][-1]
+    return [r for r in read_records(tasks.run_dir) if r.task_id == task_id][-1]
 
 
 def test_the_reference_scores_1_and_the_null_agent_0_with_stage_eval_s_verdicts(sample):
@@ -87,10 +87,10 @@ def test_the_reference_scores_1_and_the_null_agent_0_with_stage_eval_s_verdicts(
         steps = asyncio.run(play(url, task_id, reference_steps(task)))
         assert steps[0].observation["result"] == task.user.opening_message
         assert steps[-1].done and steps[-1].reward == 1.0, steps[-1]
-        assert [stored(tasks, task_id)[k] for k in keys] == [oracle[task_id][k] for k in keys]
+        assert [stored(tasks, task_id).to_dict()[k] for k in keys] == [oracle[task_id].to_dict()[k] for k in keys]
         last = asyncio.run(play(url, task_id, NULL_STEPS))[-1]
         assert last.done and last.reward == 0.0
-        assert [stored(tasks, task_id)[k] for k in keys] == [null[task_id][k] for k in keys]
+        assert [stored(tasks, task_id).to_dict()[k] for k in keys] == [null[task_id].to_dict()[k] for k in keys]
 
 
 def test_list_tools_is_the_serve_listing_and_a_hostile_call_gets_the_mcp_error(sample):

@@ -139,7 +139,7 @@ def test_an_injected_harness_fault_is_none_never_a_0_and_stored_as_an_error(tmp_
     from tbx.store.results import read_records
 
     (record,) = read_records(run_dir)
-    assert (record["outcome"], record["reward"], record["extra"]["policy"]) == ("infra_error", None, "trl")
+    assert (record.outcome, record.reward, record.extra["policy"]) == ("infra_error", None, "trl")
 
 
 def test_a_rollout_that_ends_before_the_user_did_is_graded_as_it_stands(tmp_path):

@@ -39,11 +39,11 @@ def test_grpo_trains_two_steps_on_tbx_verdicts(tmp_path, monkeypatch, tasks, rol
     for step, logged in enumerate(summary["rewards"]):  # what TRL logged: the mean verdict of the step's group
         verdicts = [r for _, _, r in given[rollouts * step:rollouts * (step + 1)] if r is not None]
         assert logged == pytest.approx(sum(verdicts) / len(verdicts))
-    records = {(r["task_id"], r["attempt"]): r for r in read_records(summary["run_dir"])}
+    records = {(r.task_id, r.attempt): r for r in read_records(summary["run_dir"])}
     assert len(given) == len(records) == 2 * rollouts  # 2 steps x a group of rollouts, each stored once
     runtimes = _load_runtimes(Path(summary["run_dir"]))
     for task_id, attempt, reward in given:
         record = records[(task_id, attempt)]
-        assert record["reward"] == reward and record["extra"]["policy"] == "trl"
+        assert record.reward == reward and record.extra["policy"] == "trl"
         if reward is not None:  # a verdict: the grader gives it again from the stored terminal state
-            assert regrade_record(record, runtimes[task_id]) == record["outcome"]
+            assert regrade_record(record, runtimes[task_id]) is record.outcome

@@ -85,11 +85,11 @@ def test_the_reference_scores_1_and_the_null_agent_0_with_stage_eval_s_verdicts(
     keys = ("outcome", "reward", "grade", "transcript")
     assert len(solved) == len(idle) == len(oracle) == 4
     for record in solved:
-        assert [record[k] for k in keys] == [oracle[record["task_id"]][k] for k in keys]
-        assert record["reward"] == 1.0 and record["extra"]["policy"] == "verifiers"
+        assert [record.to_dict()[k] for k in keys] == [oracle[record.task_id].to_dict()[k] for k in keys]
+        assert record.reward == 1.0 and record.extra["policy"] == "verifiers"
     for record in idle:
-        assert (record["outcome"], record["reward"], record["grade"]) == (
-            null[record["task_id"]]["outcome"], 0.0, null[record["task_id"]]["grade"])
+        assert (record.outcome, record.reward, record.grade) == (
+            null[record.task_id].outcome, 0.0, null[record.task_id].grade)
 
 
 def test_a_hostile_call_gets_the_mcp_error_and_two_rollouts_at_once_stay_isolated(tmp_path):
@@ -102,7 +102,7 @@ def test_a_hostile_call_gets_the_mcp_error_and_two_rollouts_at_once_stay_isolate
     answers = {m["content"] for body in requests for m in body["messages"] if m["role"] == "user"}
     assert ("Error: invalid arguments for get_account: account_id: input should be a valid integer, unable to parse "
             "string as an integer (given '1; DROP TABLE accounts')") in answers
-    assert len(records) == 6 and all(r["outcome"] == "success" for r in records)  # each on its own clone
+    assert len(records) == 6 and all(r.outcome == "success" for r in records)  # each on its own clone
 
 
 def test_an_injected_harness_fault_fails_the_episode_never_a_0(tmp_path):
@@ -112,7 +112,7 @@ def test_an_injected_harness_fault_fails_the_episode_never_a_0(tmp_path):
     with TaskSet.load("verifiers", *overrides(tmp_path / "probe"), "tasks=mock", "tasks.limit=1") as tasks:
         records, _ = vf_eval(tmp_path, overrides(tmp_path, "tasks=mock", "tasks.limit=1", *faults),
                              agent(tasks, reference))
-    assert [(r["outcome"], r["reward"]) for r in records] == [("infra_error", None)]
+    assert [(r.outcome, r.reward) for r in records] == [("infra_error", None)]
     (traces,) = Path(tmp_path / "vf").glob("*/traces.jsonl")
     (episode,) = [json.loads(line) for line in traces.read_text().splitlines()]
     assert "tbx_verdict" not in json.dumps(episode.get("traces", []))  # no reward recorded, the episode failed

@@ -42,13 +42,13 @@ def test_two_processes_on_one_run_leave_one_verdict_per_attempt(tmp_path, reques
     run_id = json.loads((run_dir / "run.json").read_text())["identity"]
     stored = read_records(url if kind == "postgres" else run_dir, run_id)
 
-    verdicts = Counter((r["task_id"], r["attempt"]) for r in stored if r["outcome"] in ("success", "failure"))
+    verdicts = Counter((r.task_id, r.attempt) for r in stored if r.outcome in ("success", "failure"))
     assert len(verdicts) == TASKS * ATTEMPTS and set(verdicts.values()) == {1}  # one verdict per attempt
     played = [line.split() for line in log.read_text().splitlines()]
     assert len(played) == len(stored)  # every episode played was stored, none twice
     assert len({(task, attempt) for _, task, attempt in played}) == len(played)
     for summary in summaries:  # both processes report what the store holds
-        assert summary["counts"]["success"] == sum(r["outcome"] == "success" for r in stored)
+        assert summary["counts"]["success"] == sum(r.outcome == "success" for r in stored)
         assert summary["episodes"] == TASKS * ATTEMPTS and summary["run_dir"] == str(run_dir)
     by_process = Counter(pid for pid, _, _ in played)
     print(f"{kind}: {len(played)} episodes for {TASKS * ATTEMPTS} attempts, by process {sorted(by_process.values())}; "

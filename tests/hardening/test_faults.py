@@ -25,7 +25,8 @@ from tbx.errors import ConfigError
 from tbx.faults import SITE_OUTCOMES, SITES, draw, validate_faults
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.reference import OraclePolicy
-from tbx.store.results import ERROR_VALUES, read_records
+from tbx.records import ERROR_OUTCOMES, StoredTry
+from tbx.store.results import read_records
 from tbx.tasks import load_task
 from tbx.users.base import UserSession, UserSimulator
 from tbx.users.scripted import ScriptedUser
@@ -152,7 +153,7 @@ def test_real_hangs_are_bounded_by_the_call_timeout(tmp_path):
 # -- campaigns --------------------------------------------------------------------------------------
 
 
-def account(records: list[dict], max_retries: int) -> dict:
+def account(records: list[StoredTry], max_retries: int) -> dict:
     """Check every stored try against the fault it carries and return the tallies.
 
     - a try with an injected fault ends as its site's error outcome, reward None (never 0);
@@ -161,22 +162,22 @@ def account(records: list[dict], max_retries: int) -> dict:
     """
     injected, errors, tries = Counter(), Counter(), defaultdict(list)
     for r in records:
-        faults = r["extra"].get("faults", [])
-        assert len(faults) <= 1, r["extra"]  # the first fault ends the episode
+        faults = r.extra.get("faults", [])
+        assert len(faults) <= 1, r.extra  # the first fault ends the episode
         if faults:
             injected[faults[0]["site"]] += 1
-            assert r["outcome"] == SITE_OUTCOMES[faults[0]["site"]], (faults, r["outcome"], r["cause"])
+            assert r.outcome == SITE_OUTCOMES[faults[0]["site"]], (faults, r.outcome, r.cause)
         else:
-            assert r["outcome"] in ("success", "failure"), (r["outcome"], r["cause"])
-        if r["outcome"] in ERROR_VALUES:
-            errors[r["outcome"]] += 1
-            assert r["reward"] is None
-        tries[(r["task_id"], r["attempt"])].append(r)
+            assert r.outcome in ("success", "failure"), (r.outcome, r.cause)
+        if r.outcome in ERROR_OUTCOMES:
+            errors[r.outcome.value] += 1
+            assert r.reward is None
+        tries[(r.task_id, r.attempt)].append(r)
     for key, ts in tries.items():
-        ts.sort(key=lambda r: r["try"])
-        assert [r["try"] for r in ts] == list(range(len(ts))) and len(ts) <= 1 + max_retries, key
-        assert all(r["outcome"] in ERROR_VALUES for r in ts[:-1]), key  # re-run only after an error
-        if ts[-1]["outcome"] in ERROR_VALUES:
+        ts.sort(key=lambda r: r.try_index)
+        assert [r.try_index for r in ts] == list(range(len(ts))) and len(ts) <= 1 + max_retries, key
+        assert all(r.outcome in ERROR_OUTCOMES for r in ts[:-1]), key  # re-run only after an error
+        if ts[-1].outcome in ERROR_OUTCOMES:
             assert len(ts) == 1 + max_retries, key  # gave up only when the retries were spent
     assert sum(injected.values()) == sum(errors.values())
     finals = {key: ts[-1] for key, ts in tries.items()}
@@ -185,13 +186,13 @@ def account(records: list[dict], max_retries: int) -> dict:
 
 
 def verdict_pass_at_1(finals: dict) -> float:
-    judged = [r["outcome"] == "success" for r in finals.values() if r["outcome"] in ("success", "failure")]
+    judged = [r.outcome == "success" for r in finals.values() if r.outcome in ("success", "failure")]
     return sum(judged) / len(judged)
 
 
-def coin_says(record: dict) -> str:
+def coin_says(record: StoredTry) -> str:
     """What CoinPolicy must produce with the attempt's seed, whatever happened to other tries."""
-    return "success" if random.Random(record["seed"]).random() < true_rate(record["task_id"]) else "failure"
+    return "success" if random.Random(record.seed).random() < true_rate(record.task_id) else "failure"
 
 
 def test_oracle_campaign_with_faults_at_every_site_scores_exactly_one(tmp_path):
@@ -207,7 +208,7 @@ def test_oracle_campaign_with_faults_at_every_site_scores_exactly_one(tmp_path):
     assert tally["errors"]["verifier_error"] == tally["injected"]["judge"]
     assert summary["pass_at_1"] == 1.0 == verdict_pass_at_1(tally["finals"])
     assert summary["counts"]["failure"] == 0 and summary["error_tries"] == sum(tally["injected"].values())
-    final_errors = sum(r["outcome"] in ERROR_VALUES for r in tally["finals"].values())
+    final_errors = sum(r.outcome in ERROR_OUTCOMES for r in tally["finals"].values())
     assert summary["counts"]["success"] + final_errors == 3 * 12
     assert took < 60  # no hang: each hung call cost 0.2 s
 
@@ -222,16 +223,16 @@ def test_coin_campaign_keeps_the_clean_runs_verdicts(tmp_path):
     assert not base["injected"] and set(tally["injected"]) == {"tool", "db", "user"}
     survived = 0
     for key, record in tally["finals"].items():
-        if record["outcome"] in ERROR_VALUES:
+        if record.outcome in ERROR_OUTCOMES:
             continue
-        assert record["outcome"] == coin_says(record)  # the verdict is the policy's, not the faults'
+        assert record.outcome == coin_says(record)  # the verdict is the policy's, not the faults'
         survived += 1  # every try of an attempt has the attempt's seed: the clean run's verdict
-        assert record["outcome"] == base["finals"][key]["outcome"], key
+        assert record.outcome == base["finals"][key].outcome, key
     assert survived >= len(tally["finals"]) // 2  # most attempts survive their retries
     assert faulty["pass_at_1"] == verdict_pass_at_1(tally["finals"])  # errors are outside the denominator
     # Over the surviving attempts, pass@1 is the clean run's over the same attempts, exactly; the
     # headline moves only by the attempts still in error after their retries.
-    same = {key: base["finals"][key] for key, r in tally["finals"].items() if r["outcome"] not in ERROR_VALUES}
+    same = {key: base["finals"][key] for key, r in tally["finals"].items() if r.outcome not in ERROR_OUTCOMES}
     assert faulty["pass_at_1"] == verdict_pass_at_1(same)
     left = len(tally["finals"]) - survived
     assert abs(faulty["pass_at_1"] - clean["pass_at_1"]) <= left / len(tally["finals"]) + 1e-9
@@ -246,9 +247,9 @@ def test_probe_with_faults_counts_only_verdicts(tmp_path):
     assert faulty["error_tries"] == sum(tally["injected"].values()) > 0
     for task_id, row in faulty["tasks"].items():
         finals = [r for (t, _), r in tally["finals"].items() if t == task_id]
-        judged = [r for r in finals if r["outcome"] in ("success", "failure")]
-        assert (row["k"], row["n"]) == (sum(r["outcome"] == "success" for r in judged), len(judged))
-        assert all(r["outcome"] == coin_says(r) for r in judged)
+        judged = [r for r in finals if r.outcome in ("success", "failure")]
+        assert (row["k"], row["n"]) == (sum(r.outcome == "success" for r in judged), len(judged))
+        assert all(r.outcome == coin_says(r) for r in judged)
         assert row["n"] <= len(finals) <= 8
     assert faulty["n_tasks"] == 9 and faulty["rounds"] >= 2
 
@@ -257,8 +258,8 @@ def test_probe_with_faults_counts_only_verdicts(tmp_path):
 def test_error_tries_played_again_show_in_the_progress_bar(tmp_path, capsys, workers):
     summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "policy=oracle", "eval.attempts=4",
                            f"eval.workers={workers}", "faults.tool=0.5", "faults.hang=0.0"))
-    finals = {(r["task_id"], r["attempt"]): r["outcome"] for r in read_records(summary["run_dir"])}
-    played_again = summary["error_tries"] - sum(outcome in ERROR_VALUES for outcome in finals.values())
+    finals = {(r.task_id, r.attempt): r.outcome for r in read_records(summary["run_dir"])}
+    played_again = summary["error_tries"] - sum(outcome in ERROR_OUTCOMES for outcome in finals.values())
     assert played_again > 0
     bar = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]  # the bar as it closed
     plural = "try" if played_again == 1 else "tries"

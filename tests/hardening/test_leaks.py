@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,12 @@ from tbx.audit import audit_records, audit_run, scan_context, task_secrets
 from tbx.campaign import episode_seed
 from tbx.config import UserConfig
 from tbx.domains import get_domain
+from tbx.messages import Message
 from tbx.policies.reference import DONE
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
 from tests.fakes.openai_server import FakeOpenAIServer, Scripted, status_reply, text_reply, tool_call_reply
 from tests.stages.test_eval_regrade import make_cfg, run
+from tests.store.records import stored
 
 SAMPLE_TASKS = 50  # tasks=sample: one benchmark task per family over the 5 domains
 LLM_DOMAINS = ("travel", "neobank")  # over HTTP: tasks of one family that open alike; facts named like card_last4
@@ -277,8 +280,9 @@ TRANSCRIPT = [
 ])
 def test_a_planted_message_is_found_with_its_kind_and_label(message, kind, labels):
     secrets = task_secrets(JUDGED, get_domain("mock").generate_tasks(0)[0]["checks"]["expected"])
-    record = {"task_id": "mock/judged", "attempt": 0, "try": 1, "transcript": [*TRANSCRIPT, message]}
-    clean = audit_records([{**record, "transcript": TRANSCRIPT}], {"mock/judged": secrets})
+    planted = tuple(Message.from_dict(m) for m in [*TRANSCRIPT, message])
+    record = stored("mock/judged", 0, try_index=1, transcript=planted)
+    clean = audit_records([replace(record, transcript=planted[:-1])], {"mock/judged": secrets})
     assert clean.leaks == () and clean.messages == 4  # system, opening, user reply, tool result
     report = audit_records([record], {"mock/judged": secrets})
     assert {leak.label for leak in report.leaks} == labels and len(report.leaks) == len(labels)
@@ -296,4 +300,4 @@ def test_a_fact_in_the_tool_schemas_is_a_leak_and_a_public_one_is_set_aside():
 
 def test_an_episode_of_an_unknown_task_cannot_pass_the_audit():
     with pytest.raises(KeyError, match="mock/other"):
-        audit_records([{"task_id": "mock/other", "transcript": []}], {"mock/judged": task_secrets(JUDGED)})
+        audit_records([stored("mock/other", 0)], {"mock/judged": task_secrets(JUDGED)})

@@ -64,9 +64,9 @@ def test_keys_reach_the_servers_and_no_file_or_log(tmp_path):
     from tbx.store.results import read_records
 
     records = read_records(run_dir)
-    assert [r["outcome"] for r in records].count("success") == 3
-    refused = [r for r in records if r["outcome"] == "infra_error"]
-    assert len(refused) == 1 and "key rejected: Bearer ***" in refused[0]["cause"]
+    assert [r.outcome for r in records].count("success") == 3
+    refused = [r for r in records if r.outcome == "infra_error"]
+    assert len(refused) == 1 and "key rejected: Bearer ***" in refused[0].cause
     wandb_run = next((run_dir / "wandb").glob("offline-run-*/run-*.wandb")).read_bytes()  # config + history
     assert b'api_key_env":"TBX_TEST_AGENT_KEY"' in wandb_run  # the config went to W&B: the variable's name only
     files, scanned, hits = files_holding(tmp_path, needles)

@@ -23,7 +23,7 @@ from tests.launch import ROOT, compose_cfg, probe_overrides
 
 
 def stored_keys(run_dir):
-    return [(r["task_id"], r["attempt"], r["try"]) for r in read_records(run_dir)]
+    return [(r.task_id, r.attempt, r.try_index) for r in read_records(run_dir)]
 
 
 def test_default_runs_the_stage_in_this_process(tmp_path):

@@ -73,7 +73,7 @@ def job_field(job_id: str, name: str) -> str:
 
 
 def stored(run_dir) -> list[tuple[str, int, int]]:
-    return [(r["task_id"], r["attempt"], r["try"]) for r in read_records(run_dir)]
+    return [(r.task_id, r.attempt, r.try_index) for r in read_records(run_dir)]
 
 
 def slurm_cfg(tmp_path, *extra):

@@ -71,4 +71,4 @@ class Served:
 
     @property
     def records(self) -> dict[tuple[str, int], dict[str, Any]]:
-        return {(r["task_id"], r["attempt"]): r for r in read_records(self.run_dir)}
+        return {(r.task_id, r.attempt): r for r in read_records(self.run_dir)}

@@ -74,4 +74,4 @@ def test_the_mcp_inspector_lists_the_tools_and_plays_a_task(tmp_path):
         assert answer.endswith(USER_ENDED)
         assert server.wait() == 0, server.output()[-2000:]
     (record,) = server.records.values()
-    assert record["task_id"] == task.id and record["outcome"] == "success"
+    assert record.task_id == task.id and record.outcome == "success"

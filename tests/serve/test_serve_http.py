@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from launch import run_stage
 from tbx.catalog import resolve_tasks
 from tbx.config import TasksConfig
+from tbx.records import StoredTry
 from tbx.store.results import read_records
 from tests.serve.agents import call, play_null, play_reference
 from tests.serve.served import ROOT, Served, serve_args
@@ -34,7 +35,13 @@ def tasks_of(domain):
 
 def in_process(tmp_path, policy):
     summary = run_stage(make_cfg(tmp_path, "stage=eval", "tasks=travel", f"policy={policy}"))
-    return {r["task_id"]: r for r in read_records(summary["run_dir"])}
+    return {r.task_id: r for r in read_records(summary["run_dir"])}
+
+
+def parity(record: StoredTry) -> dict:
+    """What a served episode and the same attempt played in process must share, as stored."""
+    stored = record.to_dict()
+    return {k: stored[k] for k in PARITY_KEYS}
 
 
 @pytest.mark.slow
@@ -54,7 +61,7 @@ def test_the_reference_through_http_gets_the_oracle_verdicts_on_every_travel_tas
     served = {task_id: r for (task_id, _), r in server.records.items()}
     assert len(served) == len(oracle) == 72
     for task_id, record in served.items():  # the whole episode: transcript, verdict and its checks, state
-        assert {k: record[k] for k in PARITY_KEYS} == {k: oracle[task_id][k] for k in PARITY_KEYS}, task_id
+        assert parity(record) == parity(oracle[task_id]), task_id
     assert server.summary["pass_at_1"] == 1.0 and server.summary["policy"] == "reference"
     print(f"reference: 72 sessions one after another in {seconds:.1f} s")
 
@@ -76,7 +83,7 @@ def test_the_reference_through_http_gets_the_oracle_verdicts_on_every_travel_tas
     served = {task_id: r for (task_id, _), r in server.records.items()}
     assert served.keys() == null.keys()
     for task_id, record in served.items():
-        assert {k: record[k] for k in PARITY_KEYS} == {k: null[task_id][k] for k in PARITY_KEYS}, task_id
+        assert parity(record) == parity(null[task_id]), task_id
     assert server.summary["pass_at_1"] == 0.0 and server.summary["counts"]["failure"] == 72
 
 
@@ -106,11 +113,11 @@ def test_sixteen_concurrent_sessions_each_see_only_their_own_database(tmp_path):
     records = server.records
     assert sorted(attempt for _, attempt in records) == list(range(16))
     for record in records.values():
-        (call_made,) = [c for m in record["transcript"] for c in m.get("tool_calls", []) if c["name"] == "transfer"]
-        mine = [row for row in record["final_delta"]["transfers"]["rows"] if str(row["memo"]).startswith("s")]
-        assert len(mine) == 1 and mine[0]["memo"] == call_made["arguments"]["memo"]  # its own transfer only
-        amount = call_made["arguments"]["amount"]
-        assert record["outcome"] == ("success" if amount == 5 else "failure")  # the user asked for $5
+        (call_made,) = [c for m in record.transcript for c in m.tool_calls if c.name == "transfer"]
+        mine = [row for row in record.final_delta["transfers"]["rows"] if str(row["memo"]).startswith("s")]
+        assert len(mine) == 1 and mine[0]["memo"] == call_made.arguments["memo"]  # its own transfer only
+        amount = call_made.arguments["amount"]
+        assert record.outcome == ("success" if amount == 5 else "failure")  # the user asked for $5
 
 
 def test_a_killed_client_is_abandoned_and_the_server_goes_on(tmp_path):
@@ -137,10 +144,10 @@ def test_a_killed_client_is_abandoned_and_the_server_goes_on(tmp_path):
     records = {task_id: r for (task_id, _), r in server.records.items()}
     killed, polite, played = (records[task.id] for task in mock)
     for record in (killed, polite):
-        assert (record["outcome"], record["reward"], record["ended_by"]) == ("abandoned", 0.0, "agent_left")
-        assert "left before the user ended" in record["cause"]
-    assert [c["name"] for m in killed["transcript"] for c in m.get("tool_calls", [])] == ["get_account"]
-    assert played["outcome"] == "success" and len(records) == 3
+        assert (record.outcome, record.reward, record.ended_by) == ("abandoned", 0.0, "agent_left")
+        assert "left before the user ended" in record.cause
+    assert [c.name for m in killed.transcript for c in m.tool_calls] == ["get_account"]
+    assert played.outcome == "success" and len(records) == 3
     summary = server.summary
     assert summary["counts"]["abandoned"] == 2 and summary["pass_at_1"] == 1 / 3
     again = subprocess.run(serve_args(tmp_path, *overrides), capture_output=True, text=True, cwd=ROOT, timeout=300)
@@ -192,7 +199,7 @@ def test_stdio_serves_one_episode_per_process(tmp_path):
     assert all("ended the conversation" in answer for answer in answers)
     (run_dir,) = (tmp_path / "outputs").glob("serve-mock-piped-*")
     records = read_records(run_dir)
-    assert sorted((r["task_id"], r["outcome"]) for r in records) == sorted((t.id, "success") for t in mock[:2])
+    assert sorted((r.task_id, r.outcome) for r in records) == sorted((t.id, "success") for t in mock[:2])
     assert json.loads((run_dir / "summary.json").read_text())["episodes"] == 2
 
 
@@ -210,8 +217,8 @@ def test_two_stdio_servers_on_one_run_at_once_play_different_attempts(tmp_path):
     assert all("ended the conversation" in answer for answer in answers), answers
     (run_dir,) = (tmp_path / "outputs").glob("serve-mock-pair-*")
     records = read_records(run_dir)
-    assert sorted(r["task_id"] for r in records) == sorted(t.id for t in tasks_of("mock")[:2])  # one each
-    assert [r["try"] for r in records] == [0, 0]
+    assert sorted(r.task_id for r in records) == sorted(t.id for t in tasks_of("mock")[:2])  # one each
+    assert [r.try_index for r in records] == [0, 0]
 
 
 def test_the_llm_user_and_its_audit_play_against_a_served_agent(tmp_path):
@@ -239,6 +246,6 @@ def test_the_llm_user_and_its_audit_play_against_a_served_agent(tmp_path):
     assert "harness fault (user_sim_error), not counted against you" in leaked
     assert ended.startswith("Thank you, that's all.") and "ended the conversation" in ended
     tries = read_records(server.run_dir)
-    assert [(r["attempt"], r["try"], r["outcome"]) for r in tries] == [(0, 0, "user_sim_error"), (0, 1, "failure")]
-    assert "Ada" in tries[0]["cause"] and tries[1]["usage"]["user"]["completion_tokens"] == 7
+    assert [(r.attempt, r.try_index, r.outcome) for r in tries] == [(0, 0, "user_sim_error"), (0, 1, "failure")]
+    assert "Ada" in tries[0].cause and tries[1].usage["user"].completion_tokens == 7
     assert server.summary["error_tries"] == 1 and server.summary["pass_at_1"] == 0.0

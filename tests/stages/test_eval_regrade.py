@@ -43,7 +43,7 @@ def test_eval_oracle_and_null_on_mock(tmp_path):
 def stored_keys(run_dir):
     from tbx.store.results import read_records
 
-    return [(r["task_id"], r["attempt"], r["try"]) for r in read_records(run_dir)]
+    return [(r.task_id, r.attempt, r.try_index) for r in read_records(run_dir)]
 
 
 @pytest.mark.slow

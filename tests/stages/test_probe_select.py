@@ -17,8 +17,8 @@ COIN = ["policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin"]
 
 def attempts_per_task(run_dir):
     records = read_records(run_dir)
-    finals = Counter(r["task_id"] for r in records)
-    keys = [(r["task_id"], r["attempt"], r["try"]) for r in records]
+    finals = Counter(r.task_id for r in records)
+    keys = [(r.task_id, r.attempt, r.try_index) for r in records]
     return finals, len(keys) == len(set(keys))
 
 

@@ -82,9 +82,9 @@ def test_a_tool_that_never_returns_ends_a_native_training_episode_as_an_error(tm
         assert not failed, failed
         # the first error makes the group unfillable (no re-runs): the sampler may cancel its sibling unstored
         records = read_records(run_dir)
-        assert records and all(r["outcome"] == "infra_error" for r in records), records
-        assert all(f"did not answer within {LIMIT_S:g} s" in r["cause"] for r in records), records
+        assert records and all(r.outcome == "infra_error" for r in records), records
+        assert all(f"did not answer within {LIMIT_S:g} s" in r.cause for r in records), records
         assert run.state.step == 1 and run.state.history[0]["train/groups"] == 0  # dropped, never trained
-        assert {r["seed"] for r in records} <= set(policy.taken)  # their traces dropped, never trained on
+        assert {r.seed for r in records} <= set(policy.taken)  # their traces dropped, never trained on
     finally:
         store.close()

@@ -20,7 +20,7 @@ def test_asking_about_an_attempt_never_stored_leaves_final_records_as_they_were(
     # a served run asks about every pending attempt but stores only the ones played (before: an empty
     # entry per question, and final_records raised IndexError)
     assert not log.is_final("b", 0, 2) and log.tries("b", 1) == 0
-    assert [(r["task_id"], r["attempt"]) for r in log.final_records()] == [("a", 0)]
+    assert [(r.task_id, r.attempt) for r in log.final_records()] == [("a", 0)]
     log.close()
 
 
@@ -49,5 +49,5 @@ def test_a_store_opened_twice_in_one_process_keeps_what_another_process_wrote(tm
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == -signal.SIGKILL
     holder.close()
     store = open_store(None, tmp_path, "run", "train", 5)
-    assert [(r["task_id"], r["attempt"]) for r in store.final_records()] == [("t", 0)]
+    assert [(r.task_id, r.attempt) for r in store.final_records()] == [("t", 0)]
     store.close()

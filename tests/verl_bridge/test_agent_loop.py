@@ -174,10 +174,10 @@ def test_every_episode_is_stored_with_its_verdict(setup):
     out = asyncio.run(go())
     store = open_store(None, Path(plan.paths.run_dir), plan.run_id, "train")
     try:
-        mine = [r for r in store.records if r["task_id"] == TASKS[1].id and r["attempt"] >= 3 * STEP_STRIDE]
+        mine = [r for r in store.records if r.task_id == TASKS[1].id and r.attempt >= 3 * STEP_STRIDE]
     finally:
         store.close()
-    assert [(r["attempt"], r["outcome"], r["reward"]) for r in mine] == [(3 * STEP_STRIDE + 1, "success", 1.0)]
+    assert [(r.attempt, r.outcome, r.reward) for r in mine] == [(3 * STEP_STRIDE + 1, "success", 1.0)]
     assert out.reward_score == mine[0]["reward"] and out.extra_fields["tbx"]["seed"] == mine[0]["seed"]
 
 

@@ -52,7 +52,7 @@ def test_every_try_is_stored_and_the_settling_try_frees_nothing_for_reuse(record
     recorder.record(result("mock/a", Outcome.INFRA_ERROR, seed=1), attempt)
     recorder.record(result("mock/a", Outcome.SUCCESS, seed=2), attempt)
     store = open_store(None, tmp_path, "run1", "train")
-    tries = [(r["attempt"], r["try"], r["outcome"], r["stage"]) for r in store.records]
+    tries = [(r.attempt, r.try_index, r.outcome, r.stage) for r in store.records]
     assert tries == [(2, 0, "infra_error", "train"), (2, 1, "success", "train")]  # the error try's cost counts
     store.close()
     assert ("mock/a", 2) not in recorder.store.claims.held  # given back with the settling try
@@ -89,5 +89,5 @@ def test_a_resumed_run_discards_the_steps_after_its_checkpoint(recorder, tmp_pat
         recorder.record(result("mock/a", Outcome.FAILURE), attempt)
     store = open_store(None, tmp_path, "run1", "train")
     assert store.discard_from(first_attempt_of(1)) == 2  # checkpoint after step 1: steps 2 and 3 replay
-    assert [step_of(r["attempt"]) for r in store.records] == [0]
+    assert [step_of(r.attempt) for r in store.records] == [0]
     store.close()
