@@ -123,8 +123,8 @@ def main(dict_cfg: DictConfig) -> None:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
-    if isinstance(result, dict) and result.get("exit_code"):
-        sys.exit(result["exit_code"])
+    if result.exit_code:
+        sys.exit(result.exit_code)
 
 
 SHOW_WRITES_NOTHING = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout")

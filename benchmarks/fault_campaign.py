@@ -57,7 +57,7 @@ def campaign(folder: Path, overrides: list[str]) -> dict:
     start = time.perf_counter()
     summary = run_stage(OmegaConf.to_object(composed))
     seconds = time.perf_counter() - start
-    records = read_records(summary["run_dir"])
+    records = read_records(summary.run_dir)
     finals = {}
     for r in sorted(records, key=lambda r: r.try_index):
         finals[(r.task_id, r.attempt)] = r
@@ -66,7 +66,7 @@ def campaign(folder: Path, overrides: list[str]) -> dict:
             "errors": Counter(r.outcome.value for r in records if r.outcome in ERROR_OUTCOMES),
             "retries": len(records) - len(finals),
             "final_errors": sum(r.outcome in ERROR_OUTCOMES for r in finals.values()),
-            "pass_at_1": summary["pass_at_1"], "seconds": seconds, "finals": finals}
+            "pass_at_1": summary.pass_at_1, "seconds": seconds, "finals": finals}
 
 
 def agreement(clean: dict, faulty: dict) -> tuple[int, int, int]:

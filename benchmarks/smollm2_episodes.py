@@ -46,14 +46,14 @@ def measure(out: Path, label: str, *overrides: str) -> dict:
     start = time.perf_counter()
     summary = run_eval(config(out / label, *overrides))
     seconds = time.perf_counter() - start
-    records = read_records(summary["run_dir"])
+    records = read_records(summary.run_dir)
     turns = sum(r.counts.get("turns", 0) for r in records)
     calls = sum(r.counts.get("tool_calls", 0) for r in records)
     malformed = sum(r.counts.get("malformed_calls", 0) for r in records)
     tokens = sum(r.usage["agent"].completion_tokens for r in records if "agent" in r.usage)
     errors = sum(r.outcome not in (Outcome.SUCCESS, Outcome.FAILURE) for r in records)
     return {"episodes": len(records), "seconds": seconds, "turns": turns, "calls": calls, "malformed": malformed,
-            "tokens": tokens, "errors": errors, "pass_at_1": summary["pass_at_1"]}
+            "tokens": tokens, "errors": errors, "pass_at_1": summary.pass_at_1}
 
 
 def time_syncs(cfg: Config, out: Path, count: int) -> list[float]:

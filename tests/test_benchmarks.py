@@ -55,8 +55,8 @@ def test_a_benchmark_runs_with_its_smallest_arguments(name):
 def test_compare_runs_compares_two_run_folders(tmp_path):
     from tests.stages.test_eval_regrade import make_cfg, run
 
-    left = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle"))["run_dir"]
-    right = run(make_cfg(tmp_path / "b", "stage=eval", "tasks=mock", "policy=oracle"))["run_dir"]
+    left = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle")).run_dir
+    right = run(make_cfg(tmp_path / "b", "stage=eval", "tasks=mock", "policy=oracle")).run_dir
     out = bench("compare_runs.py", left, right)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "3 attempts (3 left, 3 right)" in out.stdout and "3 identical, 0 differ" in out.stdout
@@ -65,7 +65,7 @@ def test_compare_runs_compares_two_run_folders(tmp_path):
 def test_viewer_speed_times_the_viewer_on_a_run_folder(tmp_path):
     from tests.stages.test_eval_regrade import make_cfg, run
 
-    run_dir = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle"))["run_dir"]
+    run_dir = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle")).run_dir
     out = bench("viewer_speed.py", run_dir)
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert any(ch.isdigit() for ch in out.stdout), out.stdout[-2000:]  # it printed a figure

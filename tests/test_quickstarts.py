@@ -8,9 +8,9 @@ from tests.stages.test_eval_regrade import ROOT, make_cfg, run
 def test_the_example_task_is_admitted_and_the_oracle_passes_it(tmp_path):
     example = ROOT / "examples" / "task.yaml"
     gate = run(make_cfg(tmp_path, "stage=validate", "tasks=files", f"tasks.path={example}"))
-    assert (gate["n_tasks"], gate["admitted"], gate["rejected"]) == (1, 1, [])
+    assert (gate.n_tasks, gate.admitted, gate.rejected) == (1, 1, ())
     played = run(make_cfg(tmp_path, "stage=eval", "tasks=files", f"tasks.path={example}", "policy=oracle"))
-    assert played["pass_at_1"] == 1.0 and played["episodes"] == 1
+    assert played.pass_at_1 == 1.0 and played.episodes == 1
 
 
 def test_the_reference_recipe_experiments_are_the_recipe():

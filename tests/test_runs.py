@@ -34,13 +34,13 @@ def test_an_edited_task_file_gets_a_fresh_verdict(tmp_path):
     steps.write_text(json.dumps({"task_id": task["id"], "steps": task["reference"]}) + "\n")
     args = ("tasks=files", f"tasks.path={tasks}", "policy=replay", f"policy.path={steps}")
     first = run(make_cfg(tmp_path, *args))
-    assert (first["pass_at_1"], first["episodes"]) == (1.0, 1)
+    assert (first.pass_at_1, first.episodes) == (1.0, 1)
     task["reference"][1]["arguments"]["nickname"] = "rainy day"  # the expected state now has this nickname
     task["user"]["private_facts"]["nickname"]["value"] = "rainy day"
     tasks.write_text(yaml.safe_dump(task))
     second = run(make_cfg(tmp_path, *args))
-    assert second["run_dir"] != first["run_dir"]
-    assert (second["pass_at_1"], second["episodes"]) == (0.0, 1)
+    assert second.run_dir != first.run_dir
+    assert (second.pass_at_1, second.episodes) == (0.0, 1)
 
 
 def test_an_edited_replay_file_gets_a_fresh_verdict(tmp_path):
@@ -48,11 +48,11 @@ def test_an_edited_replay_file_gets_a_fresh_verdict(tmp_path):
     steps.write_text(json.dumps({"task_id": task["id"], "steps": task["reference"]}) + "\n")
     args = ("tasks=mock", "tasks.families=[nickname]", "policy=replay", f"policy.path={steps}")
     first = run(make_cfg(tmp_path, *args))
-    assert (first["pass_at_1"], first["episodes"]) == (1.0, 1)
+    assert (first.pass_at_1, first.episodes) == (1.0, 1)
     steps.write_text(json.dumps({"task_id": task["id"], "steps": [{"say": "Done."}]}) + "\n")
     second = run(make_cfg(tmp_path, *args))
-    assert second["run_dir"] != first["run_dir"]
-    assert (second["pass_at_1"], second["episodes"]) == (0.0, 1)
+    assert second.run_dir != first.run_dir
+    assert (second.pass_at_1, second.episodes) == (0.0, 1)
 
 
 @pytest.mark.parametrize("override", ["model.endpoint.temperature=0.2", "model.endpoint.base_url=http://other:1/v1",
@@ -119,6 +119,6 @@ def test_changed_settings_lists_dotted_names():
 
 def test_run_json_holds_the_identity_settings_and_the_config_as_run(tmp_path):
     out = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle"))
-    meta = json.loads((Path(out["run_dir"]) / "run.json").read_text())
+    meta = json.loads((Path(out.run_dir) / "run.json").read_text())
     assert set(meta["settings"]["code"]) == {"grader", "judges", "tools", "users", "agent", "mock"} and len(meta["settings"]["task_content"]) == 16
-    assert meta["identity"] == Path(out["run_dir"]).name.rsplit("-", 1)[1]
+    assert meta["identity"] == Path(out.run_dir).name.rsplit("-", 1)[1]

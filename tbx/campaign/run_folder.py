@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,6 +29,7 @@ from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, 
 from tbx.records import StoredTry
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
+from tbx.stage_results import EvalResult
 from tbx.store import ResultStore, open_store
 from tbx.view import viewer_command
 
@@ -72,18 +73,19 @@ def episode_rows(records: list[StoredTry]) -> list[list[Any]]:
     return rows
 
 
-def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str,
+def log_summary(cfg: Config, run_dir: Path, summary: EvalResult, prefix: str,
                 records: list[StoredTry] | None = None) -> None:
     """Headline metrics per domain, a per-family table and, given the records, the episode table to the
     logging sink."""
-    metrics = {f"{prefix}/{key}": summary[key] for key in ("pass_at_1", "pass_at_k", "observed_all", "n_tasks",
-                                                          "episodes", "cost_usd") if summary.get(key) is not None}
-    metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary["counts"].items()}
-    for domain, group in summary["by_domain"].items():
-        if group["pass_at_1"] is not None:
-            metrics[f"{prefix}/{domain}/pass_at_1"] = group["pass_at_1"]
-    rows = [[name, g["n_tasks"], g["episodes"], g["pass_at_1"], g["counts"]["success"], g["counts"]["failure"],
-             g["errors"]] for name, g in summary["by_family"].items()]
+    metrics = {f"{prefix}/{key}": getattr(summary, key) for key in ("pass_at_1", "pass_at_k", "observed_all",
+                                                                   "n_tasks", "episodes", "cost_usd")
+               if getattr(summary, key) is not None}
+    metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary.counts.items()}
+    for domain, group in summary.by_domain.items():
+        if group.pass_at_1 is not None:
+            metrics[f"{prefix}/{domain}/pass_at_1"] = group.pass_at_1
+    rows = [[name, g.n_tasks, g.episodes, g.pass_at_1, g.counts["success"], g.counts["failure"], g.errors]
+            for name, g in summary.by_family.items()]
     with stage_sink(cfg, run_dir) as sink:
         sink.log(metrics)
         sink.table(f"{prefix}/families", ["family", "tasks", "episodes", "pass_at_1", "success", "failure",
@@ -93,13 +95,14 @@ def log_summary(cfg: Config, run_dir: Path, summary: dict[str, Any], prefix: str
 
 
 def headline(records: list[StoredTry], attempts: int) -> dict[str, Any]:
-    """pass@k, observed k/k and the short tasks; all None (undefined) when no attempt got a verdict."""
+    """pass@k, observed k/k and the short tasks (EvalResult's fields); pass@k and observed k/k None
+    (undefined) when no attempt got a verdict."""
     outcomes, _, _ = outcomes_from_records(records)
     if not any(outcomes.values()):  # every attempt errored: there is nothing to estimate, not a 0
-        return {"pass_at_k": None, "observed_all": None, "incomplete_tasks": sorted(outcomes)}
+        return {"pass_at_k": None, "observed_all": None, "incomplete_tasks": tuple(sorted(outcomes))}
     summary = summarize(outcomes, attempts=attempts, allow_incomplete=True)
     return {"pass_at_k": summary.pass_at_k, "observed_all": summary.observed_all,
-            "incomplete_tasks": list(summary.incomplete)}
+            "incomplete_tasks": tuple(summary.incomplete)}
 
 
 @dataclass
@@ -144,25 +147,26 @@ def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
 
 
 def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterable[str], label: str, title: str,
-                  out: TextIO | None = None) -> dict[str, Any]:
+                  out: TextIO | None = None) -> EvalResult:
     """The run's summary over the final try of every (task, attempt) asked: summary.json, the logging
     sink, `summary_path`, and the table printed to `out` (stdout by default). `label` names the agent.
     A run without any verdict (every attempt errored) reports pass@1 as undefined and exits 3."""
     wanted = {(t, a) for t in task_ids for a in range(cfg.eval.attempts)}
     records = [r for r in log.final_records() if (r.task_id, r.attempt) in wanted]
     outcomes = outcome_summary(records)
-    summary = asdict(outcomes) | headline(records, cfg.eval.attempts) | {
-        "k": cfg.eval.attempts, "run_dir": str(run_dir), "policy": label, "tasks": cfg.tasks.name,
-        "attempts": cfg.eval.attempts, "error_tries": log.error_tries(),
-        "cost_usd": sum(r.cost_usd for r in log.records)}
-    write_text(run_dir / "summary.json", json.dumps(summary, indent=2))
+    no_verdict = outcomes.pass_at_1 is None and bool(records)
+    summary = EvalResult.of(outcomes, **headline(records, cfg.eval.attempts), k=cfg.eval.attempts,
+                            run_dir=str(run_dir), policy=label, tasks=cfg.tasks.name, attempts=cfg.eval.attempts,
+                            error_tries=log.error_tries(), cost_usd=sum(r.cost_usd for r in log.records),
+                            exit_code=EXIT_NO_VERDICT if no_verdict else 0)
+    text = json.dumps(summary.to_json(), indent=2)
+    write_text(run_dir / "summary.json", text)
     log_summary(cfg, run_dir, summary, "eval", records)
     if cfg.summary_path:
-        write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
+        write_text(cfg.summary_path, text, "summary_path")
     print(format_summary(outcomes, title), file=out or sys.stdout)
     print(f"look at the episodes: {viewer_command([str(run_dir)])}", file=out or sys.stdout)
-    if summary["pass_at_1"] is None and records:
-        print(f"no attempt reached a verdict ({summary['errors']} errors, {summary['counts']['excluded']} "
+    if no_verdict:
+        print(f"no attempt reached a verdict ({summary.errors} errors, {summary.counts['excluded']} "
               f"excluded): pass@1 is undefined; the causes are stored with each try", file=sys.stderr)
-        summary["exit_code"] = EXIT_NO_VERDICT
     return summary

@@ -43,6 +43,7 @@ from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
 from tbx.preemption import call_preemptible
+from tbx.stage_results import StageResult
 from tbx.stages.registry import stage_of
 
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -54,9 +55,23 @@ class JobLostError(InfraError):
     """A job ended (cancelled, killed, timed out) without writing a result, or waiting timed out."""
 
 
-def run_stage(cfg: Config) -> Any:
-    """Run `cfg.stage.name` here, in this process: what every job does."""
-    return stage_of(cfg).function()(cfg)
+def run_stage(cfg: Config) -> StageResult:
+    """Run `cfg.stage.name` here, in this process: what every job does. The stage returns the record its
+    registry entry declares."""
+    stage = stage_of(cfg)
+    result = stage.function()(cfg)
+    if not isinstance(result, stage.result):
+        raise TypeError(f"stage {stage.name} returned a {type(result).__name__}; its registry entry declares "
+                        f"{stage.result.__name__} (tbx/stages/registry.py)")
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What launching returns without waiting for the jobs (`launcher.wait=false`): their ids."""
+
+    job_ids: tuple[str, ...]
+    exit_code: int = 0
 
 
 @dataclass(frozen=True)
@@ -268,7 +283,7 @@ def echo_output(job: submitit.Job) -> None:
         print("\n".join(lines))
 
 
-def dispatch(cfg: Config, plan: JobPlan) -> Any:
+def dispatch(cfg: Config, plan: JobPlan) -> StageResult:
     """Submit the stage; with launcher.wait, wait and return its result (else the job ids)."""
     submission = submit(cfg, plan)
     if plan.executor == "debug":
@@ -276,5 +291,5 @@ def dispatch(cfg: Config, plan: JobPlan) -> Any:
     print(f"submitted {plan.stage} as {plan.executor} job(s) {', '.join(submission.job_ids())}; logs in "
           f"{cfg.launcher.folder}", file=sys.stderr)
     if not cfg.launcher.wait:
-        return {"job_ids": submission.job_ids()}
+        return Submitted(tuple(submission.job_ids()))
     return wait(submission, cfg.launcher.wait_timeout_s)

@@ -8,14 +8,13 @@ never count as failures.
 
 from __future__ import annotations
 
-from typing import Any
-
 from tbx.campaign import open_run, run_campaign, write_summary
 from tbx.config import Config
 from tbx.preemption import run_loop
+from tbx.stage_results import EvalResult
 
 
-def run_eval(cfg: Config) -> dict[str, Any]:
+def run_eval(cfg: Config) -> EvalResult:
     with open_run(cfg, "eval") as run:
         attempts = {task_id: range(cfg.eval.attempts) for task_id in run.runtimes}
         run_loop(run_campaign(cfg, run.runtimes, run.log, run.backend, attempts, "eval", run.run_dir))

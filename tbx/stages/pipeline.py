@@ -26,6 +26,7 @@ from tbx.config import (
     TrainConfig,
 )
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
+from tbx.stage_results import PipelineResult
 from tbx.traits import traits_of
 
 
@@ -50,7 +51,7 @@ def _evaluate(cfg: Config, model: ModelConfig) -> dict[str, str]:
     from tbx.stages.eval import run_eval
 
     policy = dataclasses.replace(cfg.policy, name=model.name)  # its run folder and header name it
-    return {label: run_eval(_stage(cfg, "eval", tasks=tasks, eval=settings, model=model, policy=policy))["run_dir"]
+    return {label: run_eval(_stage(cfg, "eval", tasks=tasks, eval=settings, model=model, policy=policy)).run_dir
             for label, tasks, settings in evaluation_sets(cfg)}
 
 
@@ -71,7 +72,7 @@ class _Clock:
         return f"{time.perf_counter() - self.started:.0f} s ({parts})"
 
 
-def run_pipeline(cfg: Config) -> dict[str, Any]:
+def run_pipeline(cfg: Config) -> PipelineResult:
     from tbx.stages.probe import run_probe
     from tbx.stages.report import run_report
     from tbx.stages.select import run_select
@@ -87,26 +88,25 @@ def run_pipeline(cfg: Config) -> dict[str, Any]:
         cfg = dataclasses.replace(cfg, logger=dataclasses.replace(cfg.logger, group=f"pipeline-{run_identity(cfg)}"))
     clock = _Clock()
     probe = clock("probe", run_probe, _stage(cfg, "probe"))
-    select = clock("select", run_select, _stage(cfg, "select", select=SelectConfig(probe_run=probe["run_dir"])))
-    steps: dict[str, Any] = {"probe": probe["run_dir"], "select": select["manifest"]}
+    select = clock("select", run_select, _stage(cfg, "select", select=SelectConfig(probe_run=probe.run_dir)))
     runs = {label: [run_dir] for label, run_dir in clock("evaluate", _evaluate, cfg, cfg.model).items()}
-    names, exit_code = [cfg.model.name], 0
-    if select["kept"] == 0:
+    names, trained = [cfg.model.name], None
+    if select.kept == 0:
         print("the pool is empty (no task in the kept bands for this model): nothing to train")
     else:
-        trained = clock("train", run_train, _stage(cfg, "train", train=TrainConfig(pool=select["manifest"])))
-        steps["train"] = trained["run_dir"]
-        if trained.get("final_model") is None:  # no step updated the model: there is no trained model to evaluate
+        trained = clock("train", run_train, _stage(cfg, "train", train=TrainConfig(pool=select.manifest)))
+        if trained.final_model is None:  # no step updated the model: there is no trained model to evaluate
             print("no update ran in training: the base model alone is evaluated and reported")
-            exit_code = EXIT_NO_UPDATE
         else:
-            tuned = dataclasses.replace(cfg.model, path=trained["final_model"], name=f"{cfg.model.name}-grpo")
+            tuned = dataclasses.replace(cfg.model, path=trained.final_model, name=f"{cfg.model.name}-grpo")
             for label, run_dir in clock("evaluate", _evaluate, cfg, tuned).items():
                 runs[label].append(run_dir)
             names.append(tuned.name)
     reports = {label: clock("report", run_report, _stage(cfg, "report", runs=dirs, report=ReportConfig(
-        names=names, allow_incomplete=True)))["markdown"] for label, dirs in runs.items()}
-    steps |= {"eval": runs, "report": reports}
-    print("pipeline done: " + ", ".join(f"{k} -> {v}" for k, v in steps.items()))
+        names=names, allow_incomplete=True))).markdown for label, dirs in runs.items()}
+    steps = {"probe": probe.run_dir, "select": select.manifest} | ({"train": trained.run_dir} if trained else {})
+    print("pipeline done: " + ", ".join(f"{k} -> {v}" for k, v in (steps | {"eval": runs, "report": reports}).items()))
     print(f"pipeline took {clock.line()}")
-    return steps | ({"exit_code": exit_code} if exit_code else {})
+    return PipelineResult(probe=probe.run_dir, select=select.manifest, train=trained.run_dir if trained else None,
+                          eval={label: tuple(dirs) for label, dirs in runs.items()}, report=reports,
+                          exit_code=EXIT_NO_UPDATE if trained is not None and trained.final_model is None else 0)

@@ -13,7 +13,6 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 from tbx.adaptive import StoppingRule, should_stop
 from tbx.campaign import prepare_all, run_campaign, write_runtimes
@@ -29,6 +28,7 @@ from tbx.preemption import run_loop
 from tbx.records import Outcome
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
+from tbx.stage_results import ProbedTask, ProbeResult
 from tbx.store import ResultStore, open_store
 
 
@@ -92,7 +92,7 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
         target = min(target + rule.round_size, n_max)
 
 
-def run_probe(cfg: Config) -> dict[str, Any]:
+def run_probe(cfg: Config) -> ProbeResult:
     """Start-up checks first (tasks, backend, store): a failing start leaves an earlier run as it was."""
     rule = validate_probe(cfg)
     check_workers(cfg)
@@ -114,34 +114,31 @@ def run_probe(cfg: Config) -> dict[str, Any]:
             store.close()
     finally:
         backend.close()
-    tallies = counts(store)
     per_task = {}
-    for task_id, (k, n) in sorted(tallies.items()):
+    for task_id, (k, n) in sorted(counts(store).items()):
         d = describe(k, n, cfg.difficulty.edges) if n else None
-        per_task[task_id] = {"k": k, "n": n, "band": None if d is None else cfg.difficulty.names[d.band],
-                             "mean": None if d is None else round(d.mean, 4)}
+        per_task[task_id] = ProbedTask(k=k, n=n, band=None if d is None else cfg.difficulty.names[d.band],
+                                       mean=None if d is None else round(d.mean, 4))
     episodes = len(store.records)
-    bands = Counter(v["band"] for v in per_task.values())
-    summary = {
-        "run_dir": str(run_dir), "n_tasks": len(per_task), "rounds": rounds, "episodes": episodes,
-        "error_tries": store.error_tries(),
-        "episodes_share_of_fixed_n": episodes / (cfg.probe.attempts * max(len(per_task), 1)),
-        "bands": {name: bands.get(name, 0) for name in cfg.difficulty.names} | {"no verdict": bands.get(None, 0)},
-        "cost_usd": sum(r.cost_usd for r in store.records),
-        "tasks": per_task,
-    }
-    write_text(run_dir / "probe.json", json.dumps(summary, indent=2))
+    bands = Counter(v.band for v in per_task.values())
+    no_verdict = bool(episodes) and all(v.n == 0 for v in per_task.values())
+    summary = ProbeResult(
+        run_dir=str(run_dir), n_tasks=len(per_task), rounds=rounds, episodes=episodes, error_tries=store.error_tries(),
+        episodes_share_of_fixed_n=episodes / (cfg.probe.attempts * max(len(per_task), 1)),
+        bands={name: bands.get(name, 0) for name in cfg.difficulty.names} | {"no verdict": bands.get(None, 0)},
+        cost_usd=sum(r.cost_usd for r in store.records), tasks=per_task,
+        exit_code=EXIT_NO_VERDICT if no_verdict else 0)
+    write_text(run_dir / "probe.json", json.dumps(summary.to_json(), indent=2))
     with stage_sink(cfg, run_dir) as sink:
-        sink.log({"probe/episodes": episodes, "probe/episodes_share_of_fixed_n": summary["episodes_share_of_fixed_n"],
-                  "probe/cost_usd": summary["cost_usd"]} | {f"probe/band/{b}": c for b, c in summary["bands"].items()})
+        sink.log({"probe/episodes": episodes, "probe/episodes_share_of_fixed_n": summary.episodes_share_of_fixed_n,
+                  "probe/cost_usd": summary.cost_usd} | {f"probe/band/{b}": c for b, c in summary.bands.items()})
         sink.table("probe/tasks", ["task", "k", "n", "band", "mean"],
-                   [[t, v["k"], v["n"], v["band"], v["mean"]] for t, v in per_task.items()])
-    print(f"probe {cfg.tasks.name} with {cfg.policy.name}: {summary['n_tasks']} tasks, {episodes} episodes "
-          f"({100 * summary['episodes_share_of_fixed_n']:.0f}% of fixed n={cfg.probe.attempts}), "
+                   [[t, v.k, v.n, v.band, v.mean] for t, v in per_task.items()])
+    print(f"probe {cfg.tasks.name} with {cfg.policy.name}: {summary.n_tasks} tasks, {episodes} episodes "
+          f"({100 * summary.episodes_share_of_fixed_n:.0f}% of fixed n={cfg.probe.attempts}), "
           f"{rounds} round(s) -> {run_dir}")
-    print("bands: " + ", ".join(f"{name}: {count}" for name, count in summary["bands"].items()))
-    if episodes and all(v["n"] == 0 for v in per_task.values()):
-        print(f"no attempt reached a verdict ({summary['error_tries']} error tries): no task has a band",
+    print("bands: " + ", ".join(f"{name}: {count}" for name, count in summary.bands.items()))
+    if no_verdict:
+        print(f"no attempt reached a verdict ({summary.error_tries} error tries): no task has a band",
               file=sys.stderr)
-        summary["exit_code"] = EXIT_NO_VERDICT
     return summary

@@ -1,5 +1,5 @@
-"""Every stage, declared once: its run function, the config groups it uses, what it plays and loads, whether
-it shards, and the checks of its settings. The run's identity (`tbx/runs.py`), the config checks
+"""Every stage, declared once: its run function and the record it returns, the config groups it uses, what it
+plays and loads, whether it shards, and the checks of its settings. The run's identity (`tbx/runs.py`), the config checks
 (`tbx/config_values.py`, `tbx/config_environment.py`), the job plan (`tbx/launch/`) and dispatch all read a stage's
 facts from here, so adding a stage is its module, one entry below and its option file `conf/stage/<name>.yaml`.
 (torchtune keeps one record per recipe the same way, `_recipe_registry.py`.)
@@ -11,12 +11,26 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 from tbx import config_environment as env
 from tbx import config_values as values
 from tbx.errors import ConfigError
+from tbx.stage_results import (
+    EvalResult,
+    Finished,
+    PipelineResult,
+    PoolSelection,
+    ProbeResult,
+    RegradeResult,
+    ReportResult,
+    ServeModelResult,
+    StageResult,
+    TrainResult,
+    ValidateResult,
+    ViewResult,
+)
 
 if TYPE_CHECKING:
     from tbx.config import Config
@@ -42,15 +56,17 @@ class Stage:
     shardable: bool = False  # launcher.shards > 1 splits its tasks over a job array sharing one store
     checks: tuple[Check, ...] = ()  # pure checks of its values, run when the typed config is built
     environment_checks: tuple[Check, ...] = ()  # checks that read the environment, run by check_config
-    result: type = dict  # what `run` returns: a summary, with `exit_code` when the process should not exit 0
+    result: type = Finished  # the frozen record `run` returns (tbx/stage_results.py), with its `exit_code`
 
     def __post_init__(self) -> None:
+        if "exit_code" not in {f.name for f in fields(self.result)}:
+            raise ValueError(f"stage {self.name}'s result {self.result.__name__} has no exit_code")
         if self.plays_episodes and not {*POLICY, *PLAYED} <= set(self.uses):
             raise ValueError(f"stage {self.name} plays episodes: it uses {POLICY + PLAYED}")
         if self.loads_tasks and "tasks" not in self.uses:
             raise ValueError(f"stage {self.name} loads tasks: it uses the tasks group")
 
-    def function(self) -> Callable[[Config], Any]:
+    def function(self) -> Callable[[Config], StageResult]:
         module, _, name = self.run.partition(":")
         return getattr(importlib.import_module(module), name)
 
@@ -59,34 +75,36 @@ EPISODE_CHECKS = (values.check_episode_limits, values.check_episode_timeouts)
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("eval", "tbx.stages.eval:run_eval", "play every task's attempts, grade and store them",
           uses=("tasks", *POLICY, *PLAYED), plays_episodes=True, loads_tasks=True, shardable=True,
-          checks=(values.check_eval_counts, *EPISODE_CHECKS)),
+          checks=(values.check_eval_counts, *EPISODE_CHECKS), result=EvalResult),
     Stage("serve", "tbx.stages.serve:run_serve", "serve episodes over MCP to an agent outside tbx",
           uses=("tasks", *PLAYED, "serve"), loads_tasks=True,
           checks=(values.check_served_attempts, *EPISODE_CHECKS, values.check_serve),
-          environment_checks=(env.check_serve_token,)),
+          environment_checks=(env.check_serve_token,), result=EvalResult),
     Stage("serve_model", "tbx.stages.serve_model:run_serve_model",
-          "start the model's vLLM once and keep it for later commands", uses=("model", "seed")),
+          "start the model's vLLM once and keep it for later commands", uses=("model", "seed"),
+          result=ServeModelResult),
     Stage("regrade", "tbx.stages.regrade:run_regrade", "grade a run's stored episodes again",
-          uses=("regrade",)),
+          uses=("regrade",), result=RegradeResult),
     Stage("validate", "tbx.stages.validate:run_validate", "the admission gate for a task set",
           uses=("tasks", "judge", "backend", "eval", "faults", "seed"), loads_tasks=True,
-          checks=(values.check_episode_timeouts,)),
+          checks=(values.check_episode_timeouts,), result=ValidateResult),
     Stage("probe", "tbx.stages.probe:run_probe", "measure each task's success rate, adaptively",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe"), plays_episodes=True,
-          loads_tasks=True, shardable=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_bands)),
+          loads_tasks=True, shardable=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_bands),
+          result=ProbeResult),
     Stage("select", "tbx.stages.select:run_select", "freeze a probe's kept bands into a pool manifest",
-          uses=("difficulty", "pool", "select"), checks=(values.check_bands,)),
+          uses=("difficulty", "pool", "select"), checks=(values.check_bands,), result=PoolSelection),
     Stage("report", "tbx.stages.report:run_report", "compare stored runs: tables and figures",
-          uses=("report", "runs")),
+          uses=("report", "runs"), result=ReportResult),
     Stage("view", "tbx.stages.view:run_view", "look at stored runs in the browser",
-          checks=(values.check_view,), environment_checks=(env.check_view_token,)),
+          checks=(values.check_view,), environment_checks=(env.check_view_token,), result=ViewResult),
     Stage("train", "tbx.stages.train:run_train", "GRPO on a pool's tasks",
           uses=(*POLICY, *PLAYED, "pool", "grpo", "train"), plays_episodes=True, tasks_from_pool=True,
-          checks=(values.check_episode_timeouts, values.check_grpo)),
+          checks=(values.check_episode_timeouts, values.check_grpo), result=TrainResult),
     Stage("pipeline", "tbx.stages.pipeline:run_pipeline", "probe, select, train, evaluate and report",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe", "grpo", "pipeline"), plays_episodes=True,
           loads_tasks=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_grpo,
-                                    values.check_pipeline, values.check_bands)),
+                                    values.check_pipeline, values.check_bands), result=PipelineResult),
 )}
 
 

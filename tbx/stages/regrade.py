@@ -19,6 +19,7 @@ from tbx.errors import ConfigError
 from tbx.grading import grade_state
 from tbx.records import ERROR_OUTCOMES, Outcome, StoredTry
 from tbx.runs import read_run_meta
+from tbx.stage_results import RegradeMismatch, RegradeResult
 from tbx.store.results import read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange
@@ -48,7 +49,7 @@ def regrade_record(record: StoredTry, runtime: dict[str, Any]) -> Outcome:
     return Outcome.SUCCESS if grade.passed else Outcome.FAILURE
 
 
-def run_regrade(cfg: Config) -> dict[str, Any]:
+def run_regrade(cfg: Config) -> RegradeResult:
     if not cfg.regrade.run_dir:
         raise ConfigError("conf/config.yaml", "regrade.run_dir", "is empty", "give regrade.run_dir=RUN_FOLDER")
     run_dir = Path(cfg.regrade.run_dir)
@@ -69,13 +70,13 @@ def run_regrade(cfg: Config) -> dict[str, Any]:
         if outcome is record.outcome:
             reproduced += 1
         else:
-            mismatches.append({"task_id": record.task_id, "attempt": record.attempt,
-                               "stored": record.outcome.value, "regraded": outcome.value})
-    summary = {"run_dir": str(run_dir), "checked": checked, "reproduced": reproduced, "mismatches": mismatches}
-    write_text(run_dir / "regrade.json", json.dumps(summary, indent=2), "regrade.run_dir")
+            mismatches.append(RegradeMismatch(record.task_id, record.attempt, record.outcome.value, outcome.value))
+    summary = RegradeResult(run_dir=str(run_dir), checked=checked, reproduced=reproduced, mismatches=tuple(mismatches))
+    text = json.dumps(summary.to_json(), indent=2)
+    write_text(run_dir / "regrade.json", text, "regrade.run_dir")
     if cfg.summary_path:
-        write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
+        write_text(cfg.summary_path, text, "summary_path")
     print(f"regrade {run_dir}: {reproduced}/{checked} verdicts reproduced, {len(mismatches)} differ")
     for item in mismatches[:20]:
-        print(f"  {item['task_id']} attempt {item['attempt']}: stored {item['stored']}, now {item['regraded']}")
+        print(f"  {item.task_id} attempt {item.attempt}: stored {item.stored}, now {item.regraded}")
     return summary

@@ -26,6 +26,7 @@ from tbx.records import StoredTry
 from tbx.report import INTERVAL_COLUMNS, RunData, render_report
 from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
+from tbx.stage_results import ReportResult
 from tbx.store.results import read_records
 from tbx.traits import traits_of
 from tbx.view import viewer_command
@@ -94,7 +95,7 @@ def _render(cfg: Config, runs: list[RunData], out: Path):  # ReportFiles
                           "re-run the missing attempts, or set report.allow_incomplete=true") from exc
 
 
-def run_report(cfg: Config) -> dict[str, Any]:
+def run_report(cfg: Config) -> ReportResult:
     if not cfg.runs:
         raise ConfigError("conf/config.yaml", "runs", "is empty", "give runs=[BASE_RUN,OTHER_RUN,...]")
     if cfg.report.names and len(cfg.report.names) != len(cfg.runs):
@@ -119,8 +120,8 @@ def run_report(cfg: Config) -> dict[str, Any]:
     for path in files.png_paths:
         print(f"  figure {path}")
     print(f"look at the episodes: {viewer_command(cfg.runs)}")
-    return {"run_dir": str(run_dir), "markdown": str(files.markdown_path),
-            "figures": [str(p) for p in files.png_paths], "tables": [t.to_dict() for t in files.tables]}
+    return ReportResult(run_dir=str(run_dir), markdown=str(files.markdown_path),
+                        figures=tuple(str(p) for p in files.png_paths), tables=files.tables)
 
 
 def _flat(value: Any) -> Any:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -27,6 +26,7 @@ from tbx.pool import PoolStrategy, select_pool
 from tbx.records import Outcome, PoolManifest, PoolTask, StoredTry
 from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
+from tbx.stage_results import PoolSelection
 from tbx.store.results import read_records
 
 
@@ -83,7 +83,7 @@ def format_pool(manifest: PoolManifest) -> str:
     return "\n".join(lines)
 
 
-def run_select(cfg: Config) -> dict[str, Any]:
+def run_select(cfg: Config) -> PoolSelection:
     if not cfg.select.probe_run:
         raise ConfigError("conf/config.yaml", "select.probe_run", "is empty", "give select.probe_run=PROBE_RUN_FOLDER")
     probe_dir = Path(cfg.select.probe_run)
@@ -111,5 +111,5 @@ def run_select(cfg: Config) -> dict[str, Any]:
                    [[r.id, r.domain, r.family, r.k, r.n, r.band, r.mean, r.kept] for r in manifest.tasks])
         sink.image("pool/bands", run_dir / "bands.png")
     print(format_pool(manifest) + f"\n-> {run_dir / 'pool.json'}")
-    return {"run_dir": str(run_dir), "manifest": str(run_dir / "pool.json"), "hash": manifest.hash,
-            "plot": str(run_dir / "bands.png"), "kept": len(manifest.kept), "n_tasks": len(manifest.tasks)}
+    return PoolSelection(run_dir=str(run_dir), manifest=str(run_dir / "pool.json"), hash=manifest.hash,
+                         plot=str(run_dir / "bands.png"), kept=len(manifest.kept), n_tasks=len(manifest.tasks))

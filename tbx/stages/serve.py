@@ -31,6 +31,7 @@ from tbx.records import EpisodeResult
 from tbx.runs import record_engine
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
+from tbx.stage_results import EvalResult
 from tbx.store import ResultStore
 from tbx.store.claims import Claim, ClaimLost
 
@@ -158,7 +159,7 @@ def _version() -> str:
     return version("tbx")
 
 
-def run_serve(cfg: Config) -> dict[str, Any]:
+def run_serve(cfg: Config) -> EvalResult:
     with open_run(cfg, "serve") as run:
         run_loop(serve_campaign(cfg, run.runtimes, run.log, run.backend, run.run_dir))
     return write_summary(cfg, run.run_dir, run.log, run.runtimes, cfg.serve.agent_name or "served",

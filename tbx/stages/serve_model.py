@@ -13,14 +13,14 @@ server runs prints its URL and starts nothing.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 from tbx.config import Config
 from tbx.errors import ConfigError
+from tbx.stage_results import ServeModelResult
 from tbx.vllm_kept import flags_hash, keep, read_record, record_path, records, stop
 
 
-def run_serve_model(cfg: Config) -> dict[str, Any]:
+def run_serve_model(cfg: Config) -> ServeModelResult:
     from tbx.policies.hf_model import model_directory, resolve_config_path
 
     kept_dir = resolve_config_path(cfg.model.server.kept_dir)
@@ -42,7 +42,7 @@ def run_serve_model(cfg: Config) -> dict[str, Any]:
     running = read_record(record_path(kept_dir, spec))
     if running is not None:
         print(f"a kept vLLM with these flags already runs at {running.url}/v1 (pid {running.pid}); nothing started")
-        return {"url": f"{running.url}/v1", "pid": running.pid, "started": False}
+        return ServeModelResult(url=f"{running.url}/v1", pid=running.pid, started=False)
     kept_dir.mkdir(parents=True, exist_ok=True)
     server = VLLMServer(spec, port=cfg.serve_model.port, log_path=kept_dir / f"{flags_hash(spec)}.log",
                         ready_timeout_s=cfg.model.server.ready_timeout_s, detached=True)
@@ -54,14 +54,14 @@ def run_serve_model(cfg: Config) -> dict[str, Any]:
     print(f"vLLM ready in {server.ready_seconds:.0f} s at {server.base_url} (pid {record.pid}), serving {version}; "
           "commands with the same model settings use it. Stop it with: "
           "python launch.py stage=serve_model serve_model.stop=true", flush=True)
-    return {"url": server.base_url, "pid": record.pid, "started": True, "ready_s": round(server.ready_seconds, 1)}
+    return ServeModelResult(url=server.base_url, pid=record.pid, started=True, ready_s=round(server.ready_seconds, 1))
 
 
-def stop_kept(kept_dir) -> dict[str, Any]:  # a Path
+def stop_kept(kept_dir) -> ServeModelResult:  # a Path
     found = records(kept_dir)
     for path, record in found:
         stop(path, record)
         print(f"stopped the kept vLLM at {record.url}/v1 (pid {record.pid})", flush=True)
     if not found:
         print(f"no kept vLLM runs (none recorded in {kept_dir})", flush=True)
-    return {"stopped": [record.url for _, record in found]}
+    return ServeModelResult(stopped=tuple(record.url for _, record in found))

@@ -46,6 +46,7 @@ from tbx.rl.native import TurnSample, UpdateResult, grpo_update
 from tbx.rl.sampler import GroupSampler, StepBatch
 from tbx.runs import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
+from tbx.stage_results import NativeTrainResult, TrainResult, VerlTrainResult
 from tbx.store import open_store
 from tbx.store.training import as_training_attempt, first_attempt_of
 
@@ -181,7 +182,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
             await part.aclose()
 
 
-def run_train(cfg: Config) -> dict[str, Any]:
+def run_train(cfg: Config) -> TrainResult:
     manifest = load_manifest(cfg.train.pool)
     if cfg.grpo.trainer == "verl":
         return _train_with_verl(cfg, manifest)
@@ -210,7 +211,7 @@ def run_train(cfg: Config) -> dict[str, Any]:
 
 
 def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: int,
-                    history: list[dict[str, Any]]) -> dict[str, Any]:
+                    history: list[dict[str, Any]]) -> NativeTrainResult:
     """train.json and the trained model, published atomically; a run in which no step updated the model
     (every group zero-variance) saves no model, so nothing evaluates the base weights as trained, and
     exits EXIT_NO_UPDATE."""
@@ -219,11 +220,10 @@ def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: 
     if updates:
         final = str(publish_folder(policy.save_final(run_dir / ".final_model.partial"), run_dir / "final_model"))
     record_engine(run_dir, policy.engine())
-    summary = {"run_dir": str(run_dir), "pool_hash": pool_hash, "steps": steps, "updates": updates,
-               "history": history, "final_model": final, "weights": policy.weights_version}
-    if not updates:
-        summary["exit_code"] = EXIT_NO_UPDATE
-    write_text(run_dir / "train.json", json.dumps(summary, indent=2))
+    summary = NativeTrainResult(run_dir=str(run_dir), pool_hash=pool_hash, steps=steps, updates=updates,
+                                history=tuple(history), final_model=final, weights=policy.weights_version,
+                                exit_code=0 if updates else EXIT_NO_UPDATE)
+    write_text(run_dir / "train.json", json.dumps(summary.to_json(), indent=2))
     if updates:
         print(f"trained {steps} steps ({updates} with a model update) on {n_tasks} pool tasks -> {final}")
     else:
@@ -266,7 +266,7 @@ def _start(cfg: Config, run_dir: Path, tasks: list, store, finetune: str) -> _Tr
                     state=state)
 
 
-def _train_with_verl(cfg: Config, manifest: PoolManifest) -> dict[str, Any]:
+def _train_with_verl(cfg: Config, manifest: PoolManifest) -> VerlTrainResult:
     """The same pool and recipe, trained by verl (on the Ray cluster this job runs in)."""
     from tbx.verl_bridge.launch import run_verl_training
 
@@ -280,10 +280,10 @@ def _train_with_verl(cfg: Config, manifest: PoolManifest) -> dict[str, Any]:
         summary = run_verl_training(cfg, manifest, run_dir, run_dir.name, store)
     finally:
         store.close()
-    record_meta(run_dir, "trainer", summary["verl"])
-    write_text(run_dir / "train.json", json.dumps(summary, indent=2))
-    print(f"verl trained {summary['trained_steps']} steps on {len(tasks)} pool tasks -> "
-          f"{summary['final_model'] or summary['checkpoints']}")
+    record_meta(run_dir, "trainer", summary.verl)
+    write_text(run_dir / "train.json", json.dumps(summary.to_json(), indent=2))
+    print(f"verl trained {summary.trained_steps} steps on {len(tasks)} pool tasks -> "
+          f"{summary.final_model or summary.checkpoints}")
     return summary
 
 

@@ -19,7 +19,6 @@ import json
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from tqdm import tqdm
 
@@ -37,6 +36,7 @@ from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.preemption import run_loop
+from tbx.stage_results import FamilyGate, Rejection, ValidateResult
 from tbx.tasks.model import Step
 from tbx.tasks.mutations import mutate
 from tbx.users.scripted import ScriptedUser
@@ -143,30 +143,30 @@ async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskV
         bar.close()
 
 
-def gate_summary(verdicts: list[TaskVerdict]) -> dict[str, Any]:
+def gate_summary(verdicts: list[TaskVerdict]) -> ValidateResult:
+    """The gate's result: exit status 1 when a task is kept out."""
     families: dict[str, list[TaskVerdict]] = defaultdict(list)
     for v in verdicts:
         families[v.family].append(v)
-    return {
-        "n_tasks": len(verdicts),
-        "admitted": sum(v.admitted for v in verdicts),
-        "rejected": [{"id": v.task_id, "source": v.source, "reasons": v.reasons}
-                     for v in sorted(verdicts, key=lambda v: v.task_id) if not v.admitted],
-        "by_family": {name: {"tasks": len(vs), "admitted": sum(v.admitted for v in vs),
-                             "mutations": sum(v.mutations for v in vs),
-                             "equivalent": sum(v.equivalent for v in vs)} for name, vs in sorted(families.items())},
-    }
+    admitted = sum(v.admitted for v in verdicts)
+    return ValidateResult(
+        n_tasks=len(verdicts), admitted=admitted,
+        rejected=tuple(Rejection(v.task_id, v.source, tuple(v.reasons))
+                       for v in sorted(verdicts, key=lambda v: v.task_id) if not v.admitted),
+        by_family={name: FamilyGate(tasks=len(vs), admitted=sum(v.admitted for v in vs),
+                                    mutations=sum(v.mutations for v in vs), equivalent=sum(v.equivalent for v in vs))
+                   for name, vs in sorted(families.items())},
+        exit_code=0 if admitted == len(verdicts) else 1)
 
 
-def format_gate(summary: dict[str, Any]) -> str:
+def format_gate(summary: ValidateResult) -> str:
     lines = [f"{'family':36s} {'tasks':>6s} {'admitted':>9s} {'rejected':>9s} {'mutations':>10s} {'equivalent':>11s}"]
-    for name, row in summary["by_family"].items():
-        lines.append(f"{name[:36]:36s} {row['tasks']:6d} {row['admitted']:9d} {row['tasks'] - row['admitted']:9d} "
-                     f"{row['mutations']:10d} {row['equivalent']:11d}")
-    lines.append(f"{'all':36s} {summary['n_tasks']:6d} {summary['admitted']:9d} "
-                 f"{summary['n_tasks'] - summary['admitted']:9d}")
-    for item in summary["rejected"][:50]:
-        lines.append(f"REJECTED {item['id']}: " + " | ".join(item["reasons"]))
+    for name, row in summary.by_family.items():
+        lines.append(f"{name[:36]:36s} {row.tasks:6d} {row.admitted:9d} {row.tasks - row.admitted:9d} "
+                     f"{row.mutations:10d} {row.equivalent:11d}")
+    lines.append(f"{'all':36s} {summary.n_tasks:6d} {summary.admitted:9d} {summary.n_tasks - summary.admitted:9d}")
+    for item in summary.rejected[:50]:
+        lines.append(f"REJECTED {item.id}: " + " | ".join(item.reasons))
     return "\n".join(lines)
 
 
@@ -181,7 +181,7 @@ def _gate_share(cfg: Config, tasks: list, show: bool = False) -> list[TaskVerdic
     return verdicts
 
 
-def run_validate(cfg: Config) -> dict[str, Any]:
+def run_validate(cfg: Config) -> ValidateResult:
     """The gate over every task, spread over `eval.workers` processes (default: the cores available, one
     per 16 tasks at most): its episodes are the reference policies' and the scripted user's."""
     verdicts: list[TaskVerdict] = []
@@ -194,7 +194,6 @@ def run_validate(cfg: Config) -> dict[str, Any]:
         verdicts.extend(_gate_share(cfg, tasks, show=True))
     summary = gate_summary(verdicts)
     if cfg.summary_path:
-        write_text(cfg.summary_path, json.dumps(summary, indent=2), "summary_path")
+        write_text(cfg.summary_path, json.dumps(summary.to_json(), indent=2), "summary_path")
     print(format_gate(summary))
-    summary["exit_code"] = 0 if summary["admitted"] == summary["n_tasks"] else 1
     return summary

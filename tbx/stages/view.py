@@ -16,15 +16,15 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from tbx.config import Config
 from tbx.errors import ConfigError
 from tbx.preemption import run_loop
+from tbx.stage_results import ViewResult
 from tbx.view.store import load_runs
 
 
-def run_view(cfg: Config) -> dict[str, Any]:
+def run_view(cfg: Config) -> ViewResult:
     if not cfg.runs and not cfg.store.url:
         raise ConfigError("conf/config.yaml", "runs", "is empty", "give runs=[RUN_DIR,...] (the folders stage=eval "
                           "printed), or store.url=URL for every run in that results database")
@@ -36,9 +36,9 @@ def run_view(cfg: Config) -> dict[str, Any]:
             written = export_site(runs, Path(cfg.view.export), cfg.view.page_size)
             index = Path(cfg.view.export) / "index.html"
             print(f"viewer: {len(written)} pages of {len(runs)} run(s) -> {index}")
-            return {"export": str(index), "pages": len(written)}
+            return ViewResult(export=str(index), pages=len(written))
         run_loop(_serve(cfg, runs))
-        return {"served": True}
+        return ViewResult(served=True)
     finally:
         for run in runs:
             run.close()

@@ -46,6 +46,7 @@ from tbx.durable import publish_folder
 from tbx.errors import ConfigError, InfraError
 from tbx.launch.ray_cluster import die_with_parent
 from tbx.records import PoolManifest
+from tbx.stage_results import VerlTrainResult
 from tbx.store import ResultStore
 from tbx.store.training import first_attempt_of
 from tbx.verl_bridge.cpu import cpu_environment
@@ -106,7 +107,7 @@ def latest_verl_step(checkpoints: Path) -> int:
 
 
 def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experiment: str,
-                      store: ResultStore) -> dict[str, Any]:
+                      store: ResultStore) -> VerlTrainResult:
     """Run verl's trainer to the end of the recipe; merge and describe the model it trained. `store` is the
     run's results store, open in this process for the whole run (verl's workers write to it too)."""
     check_verl_installed(cfg)
@@ -136,10 +137,10 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
     trainer = {"name": "verl", "version": importlib.metadata.version("verl") if final else VERL_VERSION,
                "checkpoint": str(checkpoints / f"global_step_{step}") if step else None,
                "base_model": str(model_dir), "device": "cpu" if hardware.cpu else "cuda"}
-    return {"run_dir": str(run_dir), "trainer": "verl", "pool_hash": plan.pool_hash, "steps": plan.grpo.steps,
-            "trained_steps": step, "checkpoints": str(checkpoints), "final_model": str(final) if final else None,
-            "command": str(folder / "command.sh"), "log": str(log_path), "metrics": str(folder / METRICS_FILE),
-            "verl": trainer}
+    return VerlTrainResult(run_dir=str(run_dir), pool_hash=plan.pool_hash, steps=plan.grpo.steps, trained_steps=step,
+                           checkpoints=str(checkpoints), final_model=str(final) if final else None,
+                           command=str(folder / "command.sh"), log=str(log_path), metrics=str(folder / METRICS_FILE),
+                           verl=trainer)
 
 
 def keep_earlier_metrics(folder: Path) -> None:

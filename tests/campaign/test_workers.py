@@ -32,8 +32,7 @@ def test_two_workers_store_the_verdicts_one_process_stores(tmp_path):
     two = run(make_cfg(tmp_path, *args, "eval.workers=2", f"run_dir={tmp_path / 'two'}"))
     stored = finals(tmp_path / "two")
     assert len(stored) == 72 and stored == finals(tmp_path / "one")
-    assert 0 < two["counts"]["success"] < 72 and {k: one[k] for k in ("pass_at_1", "counts")} == \
-        {k: two[k] for k in ("pass_at_1", "counts")}
+    assert 0 < two.counts["success"] < 72 and (one.pass_at_1, one.counts) == (two.pass_at_1, two.counts)
 
 
 def test_each_attempt_is_played_once_by_one_of_the_workers(tmp_path):
@@ -45,7 +44,7 @@ def test_each_attempt_is_played_once_by_one_of_the_workers(tmp_path):
     by_process = Counter(pid for pid, _, _ in played)
     assert len(played) == 48 and len({(task, attempt) for _, task, attempt in played}) == 48
     assert len(by_process) == 2 and str(__import__("os").getpid()) not in by_process
-    assert summary["episodes"] == 48 and len(read_records(summary["run_dir"])) == 48
+    assert summary.episodes == 48 and len(read_records(summary.run_dir)) == 48
 
 
 def launch(args: list[str]) -> subprocess.Popen:

@@ -33,7 +33,7 @@ def eval_records(tmp_path: Path, policy: str, *tasks: str) -> dict[str, StoredTr
     dict_cfg, error = compose_config(CONF, "config", words)
     assert error is None, error
     summary = run_stage(config_object(dict_cfg))
-    return {r.task_id: r for r in read_records(summary["run_dir"]) if r.attempt == 0}
+    return {r.task_id: r for r in read_records(summary.run_dir) if r.attempt == 0}
 
 
 def play_reference(task: Task, call: Callable[[str, dict], str], reply: Callable[[str], str]) -> str | None:

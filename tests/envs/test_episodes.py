@@ -30,7 +30,7 @@ def test_episodes_played_by_calls_are_stage_eval_s_and_stage_report_compares_the
     dict_cfg, error = compose_config(CONF, "config", words)
     assert error is None, error
     report = run_stage(config_object(dict_cfg))
-    text = open(report["markdown"]).read()
+    text = open(report.markdown).read()
     assert "my_trainer" in text and "oracle" in text
 
 

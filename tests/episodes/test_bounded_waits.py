@@ -139,7 +139,7 @@ def test_an_injected_hang_under_chaos_costs_its_short_limit(tmp_path):
     summary = run(make_cfg(tmp_path, "tasks=mock", "tasks.limit=1", "policy=oracle", "faults=chaos", "faults.tool=0",
                            "faults.db=0", "faults.judge=0", "faults.user=1.0", "faults.hang=1.0",
                            "eval.max_error_retries=0"))  # every user reply hangs: the preset's 5 s, not 300 s
-    record = read_records(summary["run_dir"])[0]
+    record = read_records(summary.run_dir)[0]
     assert record.outcome == "user_sim_error" and "hung for 5 s" in record.cause, record.cause
     assert time.perf_counter() - began < 60
 

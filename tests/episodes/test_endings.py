@@ -139,4 +139,4 @@ def test_an_eval_whose_every_conversation_overflows_scores_zero_not_undefined(tm
         summary = run(make_cfg(tmp_path, "tasks=mock", "policy=model", "model=openai_endpoint",
                                f"model.endpoint.base_url={server.base_url}", "model.endpoint.model=fake-model",
                                "model.endpoint.api_key_env=null", "eval.concurrency=1"))
-    assert summary["pass_at_1"] == 0.0 and summary["counts"]["failure"] == 3 and summary["errors"] == 0
+    assert summary.pass_at_1 == 0.0 and summary.counts["failure"] == 3 and summary.errors == 0

@@ -220,7 +220,7 @@ def test_launch_prints_one_line_and_exits_2_without_touching_a_finished_run(tmp_
 
     base = ["stage=eval", "tasks=mock", "policy=oracle", "logger=none", f"out_root={tmp_path}/outputs",
             f"backend.workdir={tmp_path}/db"]
-    run_dir = Path(run(make_cfg(tmp_path, *base[:3]))["run_dir"])
+    run_dir = Path(run(make_cfg(tmp_path, *base[:3])).run_dir)
     assert run_dir.parent == tmp_path / "outputs"
     before = digest(run_dir)
     # the same run (same identity) with a logger mistake: stopped before anything ran

@@ -31,7 +31,7 @@ ARGS = ("tasks=mock", "policy=oracle")
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("finished")
-    return Path(run(make_cfg(tmp, *ARGS))["run_dir"])
+    return Path(run(make_cfg(tmp, *ARGS)).run_dir)
 
 
 def truncate_run_json(folder: Path) -> None:

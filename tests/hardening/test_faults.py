@@ -200,16 +200,16 @@ def test_oracle_campaign_with_faults_at_every_site_scores_exactly_one(tmp_path):
     summary = run(make_cfg(tmp_path, *judged_task_file(tmp_path), "policy=oracle", "eval.attempts=12", *CHAOS,
                            "faults.tool=0.15", "faults.db=0.15", "faults.user=0.15", "faults.judge=0.15"))
     took = time.perf_counter() - start
-    tally = account(read_records(summary["run_dir"]), max_retries=2)
+    tally = account(read_records(summary.run_dir), max_retries=2)
     assert set(tally["injected"]) == set(SITES), tally["injected"]  # every site was hit
     assert set(tally["errors"]) == {"infra_error", "user_sim_error", "verifier_error"}
     assert tally["errors"]["infra_error"] == tally["injected"]["tool"] + tally["injected"]["db"]
     assert tally["errors"]["user_sim_error"] == tally["injected"]["user"]
     assert tally["errors"]["verifier_error"] == tally["injected"]["judge"]
-    assert summary["pass_at_1"] == 1.0 == verdict_pass_at_1(tally["finals"])
-    assert summary["counts"]["failure"] == 0 and summary["error_tries"] == sum(tally["injected"].values())
+    assert summary.pass_at_1 == 1.0 == verdict_pass_at_1(tally["finals"])
+    assert summary.counts["failure"] == 0 and summary.error_tries == sum(tally["injected"].values())
     final_errors = sum(r.outcome in ERROR_OUTCOMES for r in tally["finals"].values())
-    assert summary["counts"]["success"] + final_errors == 3 * 12
+    assert summary.counts["success"] + final_errors == 3 * 12
     assert took < 60  # no hang: each hung call cost 0.2 s
 
 
@@ -217,9 +217,9 @@ def test_coin_campaign_keeps_the_clean_runs_verdicts(tmp_path):
     tasks = ["tasks=travel", "tasks.per_family=1", "eval.attempts=4", *COIN]
     clean = run(make_cfg(tmp_path, *tasks))
     faulty = run(make_cfg(tmp_path, *tasks, *CHAOS, "faults.judge=0.0"))
-    assert clean["run_dir"] != faulty["run_dir"]  # the fault settings are part of the run's identity
-    base = account(read_records(clean["run_dir"]), max_retries=2)
-    tally = account(read_records(faulty["run_dir"]), max_retries=2)
+    assert clean.run_dir != faulty.run_dir  # the fault settings are part of the run's identity
+    base = account(read_records(clean.run_dir), max_retries=2)
+    tally = account(read_records(faulty.run_dir), max_retries=2)
     assert not base["injected"] and set(tally["injected"]) == {"tool", "db", "user"}
     survived = 0
     for key, record in tally["finals"].items():
@@ -229,37 +229,37 @@ def test_coin_campaign_keeps_the_clean_runs_verdicts(tmp_path):
         survived += 1  # every try of an attempt has the attempt's seed: the clean run's verdict
         assert record.outcome == base["finals"][key].outcome, key
     assert survived >= len(tally["finals"]) // 2  # most attempts survive their retries
-    assert faulty["pass_at_1"] == verdict_pass_at_1(tally["finals"])  # errors are outside the denominator
+    assert faulty.pass_at_1 == verdict_pass_at_1(tally["finals"])  # errors are outside the denominator
     # Over the surviving attempts, pass@1 is the clean run's over the same attempts, exactly; the
     # headline moves only by the attempts still in error after their retries.
     same = {key: base["finals"][key] for key, r in tally["finals"].items() if r.outcome not in ERROR_OUTCOMES}
-    assert faulty["pass_at_1"] == verdict_pass_at_1(same)
+    assert faulty.pass_at_1 == verdict_pass_at_1(same)
     left = len(tally["finals"]) - survived
-    assert abs(faulty["pass_at_1"] - clean["pass_at_1"]) <= left / len(tally["finals"]) + 1e-9
+    assert abs(faulty.pass_at_1 - clean.pass_at_1) <= left / len(tally["finals"]) + 1e-9
 
 
 def test_probe_with_faults_counts_only_verdicts(tmp_path):
     faulty = run(make_cfg(tmp_path, "stage=probe", "tasks=travel", "tasks.per_family=1", *COIN, "probe.attempts=8",
                           *CHAOS, "faults.tool=0.2", "faults.user=0.2"))
-    tally = account(read_records(faulty["run_dir"]), max_retries=2)
+    tally = account(read_records(faulty.run_dir), max_retries=2)
     # the judge too: travel's cancel_refundable has a judge rule, decided by the default evidence judge
     assert {"tool", "db", "user"} <= set(tally["injected"]) <= {"tool", "db", "user", "judge"}
-    assert faulty["error_tries"] == sum(tally["injected"].values()) > 0
-    for task_id, row in faulty["tasks"].items():
+    assert faulty.error_tries == sum(tally["injected"].values()) > 0
+    for task_id, row in faulty.tasks.items():
         finals = [r for (t, _), r in tally["finals"].items() if t == task_id]
         judged = [r for r in finals if r.outcome in ("success", "failure")]
-        assert (row["k"], row["n"]) == (sum(r.outcome == "success" for r in judged), len(judged))
+        assert (row.k, row.n) == (sum(r.outcome == "success" for r in judged), len(judged))
         assert all(r.outcome == coin_says(r) for r in judged)
-        assert row["n"] <= len(finals) <= 8
-    assert faulty["n_tasks"] == 9 and faulty["rounds"] >= 2
+        assert row.n <= len(finals) <= 8
+    assert faulty.n_tasks == 9 and faulty.rounds >= 2
 
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_error_tries_played_again_show_in_the_progress_bar(tmp_path, capsys, workers):
     summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "policy=oracle", "eval.attempts=4",
                            f"eval.workers={workers}", "faults.tool=0.5", "faults.hang=0.0"))
-    finals = {(r.task_id, r.attempt): r.outcome for r in read_records(summary["run_dir"])}
-    played_again = summary["error_tries"] - sum(outcome in ERROR_OUTCOMES for outcome in finals.values())
+    finals = {(r.task_id, r.attempt): r.outcome for r in read_records(summary.run_dir)}
+    played_again = summary.error_tries - sum(outcome in ERROR_OUTCOMES for outcome in finals.values())
     assert played_again > 0
     bar = capsys.readouterr().err.replace("\r", "\n").splitlines()[-1]  # the bar as it closed
     plural = "try" if played_again == 1 else "tries"

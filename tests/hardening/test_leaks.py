@@ -136,8 +136,8 @@ def workdir(tmp_path_factory):  # one folder: the campaigns share their task tem
 
 def test_oracle_and_scripted_user_on_the_sample_leak_nothing(workdir):
     summary = run(make_cfg(workdir, "stage=eval", "tasks=sample", "policy=oracle", "user=scripted"))
-    assert summary["n_tasks"] == SAMPLE_TASKS and summary["pass_at_1"] == 1.0
-    report = audit_run(summary["run_dir"])
+    assert summary.n_tasks == SAMPLE_TASKS and summary.pass_at_1 == 1.0
+    report = audit_run(summary.run_dir)
     print(report.summary())
     assert report.transcripts == SAMPLE_TASKS and report.schema_sets == SAMPLE_TASKS
     assert report.messages > 6 * SAMPLE_TASKS  # system, opening, tool results, user replies
@@ -151,12 +151,12 @@ def test_llm_agent_and_llm_user_over_http_leak_nothing(workdir):
     tasks = [t.raw for t in resolve_tasks(make_cfg(workdir, "stage=eval", *two_domains).tasks)]
     with RespondingServer(agent_responder(tasks)) as agent, RespondingServer(user_reply) as user:
         summary = run(make_cfg(workdir, "stage=eval", *two_domains, *llm_overrides(agent.base_url, user.base_url)))
-    assert summary["n_tasks"] == len(tasks) == LLM_TASKS
-    assert summary["pass_at_1"] == 1.0 and summary["error_tries"] == 0, summary["counts"]
-    report = audit_run(summary["run_dir"])
+    assert summary.n_tasks == len(tasks) == LLM_TASKS
+    assert summary.pass_at_1 == 1.0 and summary.error_tries == 0, summary.counts
+    report = audit_run(summary.run_dir)
     assert report.transcripts == LLM_TASKS and report.leaks == (), report.summary()
     # the agent's whole context as it went over the wire: system prompt, messages and tool schemas
-    by_seed = {episode_seed(0, e["task"]["id"], 0, 0): e for e in tasks_as_run(summary["run_dir"])}
+    by_seed = {episode_seed(0, e["task"]["id"], 0, 0): e for e in tasks_as_run(summary.run_dir)}
     requests, messages, leaks = agent.chat_requests, 0, []
     for n, request in enumerate(requests):
         entry = by_seed[request.body["seed"]]
@@ -213,8 +213,8 @@ def test_planted_leaks_in_a_real_run_are_found_and_nothing_else(tmp_path):
     for task in [clean, *(planted_task(task_id) for task_id in PLANTED)]:
         (folder / f"{task['id'].rsplit('/', 1)[1]}.yaml").write_text(yaml.safe_dump(task))
     summary = run(make_cfg(tmp_path, "stage=eval", "tasks=files", f"tasks.path={folder}", "policy=oracle"))
-    assert summary["pass_at_1"] == 1.0 and summary["n_tasks"] == len(PLANTED) + 1
-    report = audit_run(summary["run_dir"])
+    assert summary.pass_at_1 == 1.0 and summary.n_tasks == len(PLANTED) + 1
+    report = audit_run(summary.run_dir)
     found: dict[str, set[str]] = {}
     for leak in report.leaks:
         found.setdefault(leak.task_id, set()).add(leak.label)
@@ -245,7 +245,7 @@ class LeakyUser(UserSimulator):
 def test_a_user_that_repeats_its_instructions_is_caught(tmp_path):
     summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "policy=oracle",
                            "user._target_=tests.hardening.test_leaks.LeakyUser", "user.name=leaky"))
-    report = audit_run(summary["run_dir"])
+    report = audit_run(summary.run_dir)
     assert report.transcripts == 3
     assert {(leak.task_id, leak.kind, leak.label) for leak in report.leaks} == {
         (task_id, "user_scenario", "user.instructions")

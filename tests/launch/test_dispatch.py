@@ -29,7 +29,7 @@ def stored_keys(run_dir):
 def test_default_runs_the_stage_in_this_process(tmp_path):
     cfg = compose_cfg("tasks=mock", "policy=oracle", f"out_root={tmp_path}/out", f"backend.workdir={tmp_path}/db")
     summary = dispatch(cfg, make_plan(cfg))
-    assert summary["pass_at_1"] == 1.0 and summary["n_tasks"] == 3
+    assert summary.pass_at_1 == 1.0 and summary.n_tasks == 3
     assert not (tmp_path / "out" / "jobs").exists()  # no job files: nothing was submitted elsewhere
 
 
@@ -48,10 +48,10 @@ def test_sharded_probe_equals_one_job_and_stores_each_try_once(tmp_path):
     one = compose_cfg(*probe_overrides(tmp_path / "one", *common))
     sharded = compose_cfg(*probe_overrides(tmp_path / "sharded", *common, "launcher.shards=3"))
     whole, parts = dispatch(one, make_plan(one)), dispatch(sharded, make_plan(sharded, n_tasks=3))
-    assert parts["tasks"] == whole["tasks"] and parts["n_tasks"] == 3  # same k/n per task, from 3 jobs
-    keys = stored_keys(parts["run_dir"])
+    assert parts.tasks == whole.tasks and parts.n_tasks == 3  # same k/n per task, from 3 jobs
+    keys = stored_keys(parts.run_dir)
     assert len(keys) == len(set(keys)) == 12  # 3 tasks x 4 attempts, once each
-    assert Path(parts["run_dir"]).name == Path(whole["run_dir"]).name  # sharding is not part of the identity
+    assert Path(parts.run_dir).name == Path(whole.run_dir).name  # sharding is not part of the identity
 
 
 def _children(pid: int) -> list[int]:
@@ -94,8 +94,8 @@ def _preempt_a_shard_and_check(tmp_path, submission):
     summary = wait(submission, timeout_s=240)
     keys = stored_keys(run_dir)
     assert len(keys) == len(set(keys))  # nothing stored twice
-    assert {(t, a) for t, a, _ in keys} == {(t, a) for t in summary["tasks"] for a in range(2)}
-    assert summary["n_tasks"] == 6 and summary["episodes"] == 12
+    assert {(t, a) for t, a, _ in keys} == {(t, a) for t in summary.tasks for a in range(2)}
+    assert summary.n_tasks == 6 and summary.episodes == 12
     log = shard.stderr() or ""
     assert "Requeued job" in log and "this job is preempted" in log  # it checkpointed and restarted
 

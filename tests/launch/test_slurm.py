@@ -89,12 +89,12 @@ def test_probe_campaign_as_a_job_array_lands_in_one_store(slurm, tmp_path):
     script = Path(submission.final.paths.submission_file).read_text()
     assert f"#SBATCH --dependency=afterany:{array_id}" in script  # queued behind the whole array at once
     summary = wait(submission, timeout_s=150)
-    keys = stored(summary["run_dir"])
+    keys = stored(summary.run_dir)
     assert len(keys) == len(set(keys)) == 27  # 9 tasks x 3 attempts, each stored once
-    assert summary["n_tasks"] == 9 and summary["episodes"] == 27
+    assert summary.n_tasks == 9 and summary.episodes == 27
     assert [job_field(job.job_id, "JobState") for job in submission.shards] == ["COMPLETED"] * 3
     started = datetime.fromisoformat(job_field(submission.final.job_id, "StartTime")).timestamp()
-    with sqlite3.connect(Path(summary["run_dir"]) / "results.sqlite") as db:
+    with sqlite3.connect(Path(summary.run_dir) / "results.sqlite") as db:
         (last_write,) = db.execute("SELECT max(created_at) FROM attempts").fetchone()
     assert last_write < started + 1  # the array did all the work; the final job only summed it up
 
@@ -146,10 +146,10 @@ def test_preempted_shard_resumes_and_the_final_job_finishes_a_cancelled_one(slur
     assert rows[1] < 16, "the cancelled shard had already finished; slow the policy down"
     assert _release_when_requeued(preempted.job_id, 60) == 1
     summary = wait(submission, timeout_s=150)
-    keys = stored(summary["run_dir"])
+    keys = stored(summary.run_dir)
     assert len(keys) == len(set(keys))  # resumed, not repeated: no (task, attempt, try) twice
     assert sorted({(t, a) for t, a, _ in keys}) == sorted((t, a) for t in ids for a in range(4))
-    assert summary["episodes"] == 32
+    assert summary.episodes == 32
     log = preempted.stderr() or ""
     assert "this job is preempted" in log and f"Requeued job {preempted.job_id}" in log
     assert job_field(cancelled.job_id, "JobState") == "CANCELLED"

@@ -35,7 +35,7 @@ def tasks_of(domain):
 
 def in_process(tmp_path, policy):
     summary = run_stage(make_cfg(tmp_path, "stage=eval", "tasks=travel", f"policy={policy}"))
-    return {r.task_id: r for r in read_records(summary["run_dir"])}
+    return {r.task_id: r for r in read_records(summary.run_dir)}
 
 
 def parity(record: StoredTry) -> dict:

@@ -33,11 +33,11 @@ def run(cfg):
 def test_eval_oracle_and_null_on_mock(tmp_path):
     summary_path = tmp_path / "s.json"
     oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", f"summary_path={summary_path}"))
-    assert oracle["pass_at_1"] == 1.0 and oracle["n_tasks"] == 3
+    assert oracle.pass_at_1 == 1.0 and oracle.n_tasks == 3
     stored = json.loads(summary_path.read_text())
     assert stored["counts"]["success"] == 3 and stored["pass_at_1"] == 1.0
     null = run(make_cfg(tmp_path, "tasks=mock", "policy=null_agent", "eval.attempts=2"))
-    assert null["pass_at_1"] == 0.0 and null["episodes"] == 6
+    assert null.pass_at_1 == 0.0 and null.episodes == 6
 
 
 def stored_keys(run_dir):
@@ -73,34 +73,34 @@ def test_eval_killed_at_random_points_resumes_with_nothing_lost_or_run_twice(tmp
 def test_eval_resumes_without_rerunning(tmp_path):
     cfg = make_cfg(tmp_path, "tasks=mock", "eval.attempts=2", "policy=oracle")
     first = run(cfg)
-    before = stored_keys(first["run_dir"])
+    before = stored_keys(first.run_dir)
     second = run(cfg)
-    assert stored_keys(first["run_dir"]) == before and len(before) == 6
-    assert second["pass_at_1"] == 1.0
+    assert stored_keys(first.run_dir) == before and len(before) == 6
+    assert second.pass_at_1 == 1.0
 
 
 def test_regrade_reproduces_every_verdict_and_catches_a_changed_grader(tmp_path, monkeypatch):
     oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle"))
     null = run(make_cfg(tmp_path, "tasks=mock", "policy=null_agent"))
     for summary in (oracle, null):
-        result = run(make_cfg(tmp_path, "stage=regrade", f"regrade.run_dir={summary['run_dir']}"))
-        assert result["checked"] == 3 and result["reproduced"] == 3 and not result["mismatches"]
+        result = run(make_cfg(tmp_path, "stage=regrade", f"regrade.run_dir={summary.run_dir}"))
+        assert result.checked == 3 and result.reproduced == 3 and not result.mismatches
     import tbx.stages.regrade as regrade
 
     monkeypatch.setattr(regrade, "grade_state", lambda *a, **k: type("G", (), {"passed": False})())
-    changed = run(make_cfg(tmp_path, "stage=regrade", f"regrade.run_dir={oracle['run_dir']}"))
-    assert len(changed["mismatches"]) == 3
+    changed = run(make_cfg(tmp_path, "stage=regrade", f"regrade.run_dir={oracle.run_dir}"))
+    assert len(changed.mismatches) == 3
 
 
 def test_replay_plays_a_stored_run(tmp_path):
     oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle"))
-    replay = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={oracle['run_dir']}"))
-    assert replay["pass_at_1"] == 1.0
+    replay = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={oracle.run_dir}"))
+    assert replay.pass_at_1 == 1.0
     steps = tmp_path / "steps.jsonl"
     steps.write_text(json.dumps({"task_id": "mock/nickname/1", "steps": [
         {"tool": "set_nickname", "arguments": {"account_id": 2, "nickname": "wrong"}}, {"say": "Done."}]}) + "\n")
     partial = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={steps}"))
-    assert partial["counts"]["success"] == 0 and partial["counts"]["failure"] == 3
+    assert partial.counts["success"] == 0 and partial.counts["failure"] == 3
 
 
 def launch(*args, cwd=ROOT):
@@ -145,23 +145,23 @@ def test_report_compares_stored_runs_and_refuses_incomplete_ones(tmp_path):
     coin = run(make_cfg(tmp_path, "tasks=mock", "policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin",
                         "eval.attempts=3"))
     oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", "eval.attempts=3"))
-    assert oracle["pass_at_k"] == 1.0 and oracle["observed_all"] == 1.0 and base["pass_at_k"] == 0.0
-    runs = f"runs=[{base['run_dir']},{coin['run_dir']},{oracle['run_dir']}]"
+    assert oracle.pass_at_k == 1.0 and oracle.observed_all == 1.0 and base.pass_at_k == 0.0
+    runs = f"runs=[{base.run_dir},{coin.run_dir},{oracle.run_dir}]"
     report = run(make_cfg(tmp_path, "stage=report", runs))
-    text = Path(report["markdown"]).read_text()
+    text = Path(report.markdown).read_text()
     assert "Table 1" in text and "Table 2" in text and "Table 3" in text
     assert "| oracle | oracle | **100.00** |" in text
-    assert len(report["figures"]) == 4 and all(Path(p).stat().st_size > 10_000 for p in report["figures"])
+    assert len(report.figures) == 4 and all(Path(p).stat().st_size > 10_000 for p in report.figures)
     import sqlite3
 
     from tbx.errors import ConfigError
 
-    with sqlite3.connect(Path(coin["run_dir"]) / "results.sqlite") as db:  # lose one attempt of one task
+    with sqlite3.connect(Path(coin.run_dir) / "results.sqlite") as db:  # lose one attempt of one task
         db.execute("DELETE FROM attempts WHERE task_id = 'mock/nickname/1' AND attempt = 2")
     with pytest.raises(ConfigError, match="mock/nickname/1"):
         run(make_cfg(tmp_path, "stage=report", runs))
     allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
-    assert Path(allowed["markdown"]).is_file()
+    assert Path(allowed.markdown).is_file()
 
 
 def test_a_report_of_a_run_killed_between_tasks_is_refused(tmp_path):
@@ -172,25 +172,25 @@ def test_a_report_of_a_run_killed_between_tasks_is_refused(tmp_path):
     from tbx.errors import ConfigError
 
     oracle = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", "eval.attempts=2"))
-    assert len(json.loads((Path(oracle["run_dir"]) / "run.json").read_text())["tasks"]) == 3
-    with sqlite3.connect(Path(oracle["run_dir"]) / "results.sqlite") as db:  # the kill landed before this task
+    assert len(json.loads((Path(oracle.run_dir) / "run.json").read_text())["tasks"]) == 3
+    with sqlite3.connect(Path(oracle.run_dir) / "results.sqlite") as db:  # the kill landed before this task
         db.execute("DELETE FROM attempts WHERE task_id = 'mock/nickname/1'")
-    runs = f"runs=[{oracle['run_dir']}]"
+    runs = f"runs=[{oracle.run_dir}]"
     with pytest.raises(ConfigError, match=r"mock/nickname/1 \(0 of 2\)") as error:
         run(make_cfg(tmp_path, "stage=report", runs))
     assert error.value.field == "report.allow_incomplete"
     allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
-    assert "| 2 | 2 | 4 | none | 1 |" in Path(allowed["markdown"]).read_text()  # tasks, k, attempts, errors, incomplete
+    assert "| 2 | 2 | 4 | none | 1 |" in Path(allowed.markdown).read_text()  # tasks, k, attempts, errors, incomplete
 
 
 def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
     from tests import wandb_reader
 
     summary = run(make_cfg(tmp_path, "tasks=mock", "policy=oracle", "logger=wandb_offline"))
-    rows = wandb_reader.history(summary["run_dir"], wait_for="eval/pass_at_1")
+    rows = wandb_reader.history(summary.run_dir, wait_for="eval/pass_at_1")
     metrics = {k: v for row in rows for k, v in row.items()}
     assert metrics["eval/pass_at_1"] == 1 and metrics["eval/mock/pass_at_1"] == 1
     assert metrics["eval/outcome/success"] == 3 and metrics["eval/n_tasks"] == 3
-    families = wandb_reader.table(summary["run_dir"], "eval/families")
+    families = wandb_reader.table(summary.run_dir, "eval/families")
     assert families["columns"][0] == "family" and sorted(r[0] for r in families["data"]) == [
         "mock/nickname", "mock/transfer"]

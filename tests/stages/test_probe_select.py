@@ -25,31 +25,31 @@ def attempts_per_task(run_dir):
 def test_fixed_probe_runs_n_per_task_and_select_writes_manifest(tmp_path):
     probe = run(make_cfg(tmp_path, "stage=probe", "tasks=travel", *COIN, "probe.adaptive=false",
                          "probe.attempts=6"))
-    finals, unique = attempts_per_task(probe["run_dir"])
+    finals, unique = attempts_per_task(probe.run_dir)
     assert unique and set(finals.values()) == {6} and len(finals) == 72
-    assert probe["episodes_share_of_fixed_n"] == 1.0
+    assert probe.episodes_share_of_fixed_n == 1.0
     manifest_path = tmp_path / "pool.json"
-    selected = run(make_cfg(tmp_path, "stage=select", f"select.probe_run={probe['run_dir']}",
+    selected = run(make_cfg(tmp_path, "stage=select", f"select.probe_run={probe.run_dir}",
                             f"select.manifest_path={manifest_path}"))
     manifest = json.loads(manifest_path.read_text())
-    assert manifest["hash"] == selected["hash"] and len(manifest["tasks"]) == 72
+    assert manifest["hash"] == selected.hash and len(manifest["tasks"]) == 72
     kept = [row for row in manifest["tasks"] if row["kept"]]
     assert kept and all(row["band"] in ("hard", "medium", "often") for row in kept)
     assert all(row["band"] in ("rarely", "almost always") for row in manifest["tasks"] if not row["kept"])
     for row in manifest["tasks"]:
         assert row["n"] == 6 and 0 <= row["k"] <= 6
-    lora = run(make_cfg(tmp_path, "stage=select", f"select.probe_run={probe['run_dir']}", "pool=lora"))
-    lora_manifest = json.loads(open(lora["manifest"]).read())
+    lora = run(make_cfg(tmp_path, "stage=select", f"select.probe_run={probe.run_dir}", "pool=lora"))
+    lora_manifest = json.loads(open(lora.manifest).read())
     assert all(row["band"] in ("hard", "medium") for row in lora_manifest["tasks"] if row["kept"])
-    assert lora["hash"] != selected["hash"] and lora["kept"] <= selected["kept"]
+    assert lora.hash != selected.hash and lora.kept <= selected.kept
 
 
 def test_adaptive_probe_spends_fewer_episodes(tmp_path):
     probe = run(make_cfg(tmp_path, "stage=probe", "tasks=travel", *COIN, "probe.attempts=20"))
-    finals, unique = attempts_per_task(probe["run_dir"])
+    finals, unique = attempts_per_task(probe.run_dir)
     assert unique and max(finals.values()) <= 20 and min(finals.values()) >= 4
-    assert probe["episodes_share_of_fixed_n"] < 0.9  # rarely/always-solved tasks stop early
-    assert probe["rounds"] >= 2
+    assert probe.episodes_share_of_fixed_n < 0.9  # rarely/always-solved tasks stop early
+    assert probe.rounds >= 2
 
 
 @pytest.mark.slow

@@ -17,16 +17,19 @@ from tbx.config import Config
 from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.runs import identity_settings, run_identity
+from tbx.stage_results import RegradeMismatch
 from tbx.stages.registry import STAGES, Stage, stage_named, stage_table
 from tests.stages.test_eval_regrade import make_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_MODULE = '''"""stage=toy: says which seed it was given."""
 
+from tbx.stage_results import Finished
+
 
 def run_toy(cfg):
     print(f"toy stage ran with seed {cfg.seed}")
-    return {"seed": cfg.seed}
+    return Finished()
 '''
 TOY_ENTRY = '    Stage("toy", "tbx.stages.toy:run_toy", "say the seed", uses=("seed",)),\n'
 
@@ -122,3 +125,23 @@ def test_an_entry_that_contradicts_itself_is_refused():
         Stage("half", "tbx.stages.eval:run_eval", "plays without its groups", uses=("tasks",), plays_episodes=True)
     with pytest.raises(ValueError, match="loads tasks"):
         Stage("blind", "tbx.stages.eval:run_eval", "loads tasks it does not count", loads_tasks=True)
+    with pytest.raises(ValueError, match="exit_code"):
+        Stage("mute", "tbx.stages.regrade:run_regrade", "returns no exit status", result=RegradeMismatch)
+
+
+def test_each_stage_returns_the_frozen_record_it_declares():
+    for stage in STAGES.values():
+        assert dataclasses.is_dataclass(stage.result) and stage.result.__dataclass_params__.frozen, stage.name
+        module, _, function = stage.run.partition(":")
+        source = ROOT / (module.replace(".", "/") + ".py")
+        (node,) = [n for n in ast.parse(source.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == function]
+        assert ast.unparse(node.returns) == stage.result.__name__, stage.name
+
+
+def test_a_stage_that_returns_another_record_stops_the_run(tmp_path, monkeypatch):
+    import tbx.stages.view
+    from tbx.launch import run_stage
+
+    monkeypatch.setattr(tbx.stages.view, "run_view", lambda cfg: {"served": True})  # a plain dict, as before
+    with pytest.raises(TypeError, match="stage view returned a dict; its registry entry declares ViewResult"):
+        run_stage(make_cfg(tmp_path, "stage=view", "runs=[x]"))

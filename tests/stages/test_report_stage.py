@@ -24,12 +24,12 @@ def test_a_served_agent_is_labelled_by_its_name(tmp_path):
     asyncio.run(play())
     (served,) = (tmp_path / "outputs").glob("serve-mock-my_agent-*")
     null = run(make_cfg(tmp_path, "tasks=mock", "tasks.limit=1", "policy=null_agent"))
-    report = run(make_cfg(tmp_path, "stage=report", f"runs=[{null['run_dir']},{served}]"))
-    text = Path(report["markdown"]).read_text()
+    report = run(make_cfg(tmp_path, "stage=report", f"runs=[{null.run_dir},{served}]"))
+    text = Path(report.markdown).read_text()
     assert "Table 1. Before/after: null (base) vs my_agent" in text
     assert "| my_agent | my_agent | 1 | 1 |" in text  # the run list: name and agent
     assert "smollm2_135m" not in text  # the model group's default, which a served run never used
-    assert report["tables"][1]["rows"][1][:2] == ["my_agent", "my_agent"]
+    assert report.tables[1].rows[1][:2] == ("my_agent", "my_agent")
 
 
 def test_runs_of_different_k_get_a_report_per_k_then_one_line_and_exit_2(tmp_path):

@@ -33,9 +33,10 @@ STEP = {"train/step": 1, "train/groups": 2, "train/samples": 0, "train/sampler/z
 def test_no_update_saves_no_model_and_exits_non_zero(tmp_path, capsys):
     policy = SavingPolicy()
     summary = finish_training(tmp_path, policy, "pool", 2, 4, [STEP, STEP | {"train/step": 2}])
-    assert summary["final_model"] is None and summary["updates"] == 0 and summary["exit_code"] == EXIT_NO_UPDATE
+    assert summary.final_model is None and summary.updates == 0 and summary.exit_code == EXIT_NO_UPDATE
     assert policy.saved == [] and not (tmp_path / "final_model").exists()
-    assert json.loads((tmp_path / "train.json").read_text())["final_model"] is None
+    written = json.loads((tmp_path / "train.json").read_text())
+    assert written["final_model"] is None and written["exit_code"] == EXIT_NO_UPDATE  # as train.json has had it
     out = capsys.readouterr()
     assert "no update ran" in out.err and "trained" not in out.out
 
@@ -44,6 +45,7 @@ def test_a_run_with_an_update_publishes_its_model(tmp_path, capsys):
     policy = SavingPolicy()
     history = [STEP, STEP | {"train/step": 2, "train/samples": 8, "train/loss": 0.1}]
     summary = finish_training(tmp_path, policy, "pool", 2, 4, history)
-    assert summary["updates"] == 1 and "exit_code" not in summary
-    assert (Path(summary["final_model"]) / "model.safetensors").read_bytes() == b"weights"
+    assert summary.updates == 1 and summary.exit_code == 0
+    assert "exit_code" not in json.loads((tmp_path / "train.json").read_text())
+    assert (Path(summary.final_model) / "model.safetensors").read_bytes() == b"weights"
     assert "trained 2 steps (1 with a model update)" in capsys.readouterr().out

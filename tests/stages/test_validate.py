@@ -27,8 +27,8 @@ def test_gate_admits_good_and_names_why_others_are_rejected(tmp_path):
     path.write_text(yaml.safe_dump({"tasks": mock_tasks()}))
     summary = run(make_cfg(tmp_path, "stage=validate", "tasks=files", f"tasks.path={path}",
                            f"summary_path={tmp_path}/gate.json"))
-    assert summary["n_tasks"] == 4 and summary["admitted"] == 1 and summary["exit_code"] == 1
-    reasons = {item["id"]: " ".join(item["reasons"]) for item in summary["rejected"]}
+    assert summary.n_tasks == 4 and summary.admitted == 1 and summary.exit_code == 1
+    reasons = {item.id: " ".join(item.reasons) for item in summary.rejected}
     assert "mutation passes (extra set_nickname" in reasons["bad/blind-to-nicknames"]
     assert "changes nothing" in reasons["bad/changes-nothing"]
     assert "field 'user': missing" in reasons["bad/no-user"]
@@ -50,5 +50,5 @@ def test_the_gate_admits_every_bundled_task(tmp_path, tasks, count):
     """Every bundled task: its reference passes, the null agent fails, and every single-fault mutation of
     its reference fails (or leaves the reference's exact state: "equivalent", not a miss)."""
     summary = run(make_cfg(tmp_path, "stage=validate", f"tasks={tasks}", f"summary_path={tmp_path}/gate.json"))
-    assert summary["n_tasks"] == count
-    assert summary["rejected"] == [] and summary["admitted"] == count
+    assert summary.n_tasks == count
+    assert summary.rejected == () and summary.admitted == count

@@ -34,4 +34,4 @@ def stored_runs(tmp_path: Path) -> tuple[str, str]:
     base = run(make_cfg(tmp_path, "tasks=mock", "policy=null_agent", "eval.attempts=2", "policy.name=base"))
     trained = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={bad_replay(tmp_path / 'bad.jsonl')}",
                            "policy.name=trained", "eval.attempts=2"))
-    return base["run_dir"], trained["run_dir"]
+    return base.run_dir, trained.run_dir

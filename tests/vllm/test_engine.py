@@ -172,7 +172,7 @@ def test_an_eval_records_the_engine_and_the_weights_in_run_json(smollm2_vllm, tm
                            "eval.max_turns=1", f"model.path={smollm2_vllm.spec.directory}",
                            f"model.endpoint.base_url={smollm2_vllm.base_url}", "model.endpoint.model=smollm2_135m",
                            "model.max_new_tokens=16"))
-    engine = json.loads((Path(summary["run_dir"]) / "run.json").read_text())["engine"]
+    engine = json.loads((Path(summary.run_dir) / "run.json").read_text())["engine"]
     assert engine == {"name": "vllm", "version": "0.32.0", "served_model": "smollm2_135m",
                       "weights": folder_version("smollm2_135m", smollm2_vllm.spec.directory)}
 
