@@ -178,7 +178,7 @@ def test_every_episode_is_stored_with_its_verdict(setup):
     finally:
         store.close()
     assert [(r.attempt, r.outcome, r.reward) for r in mine] == [(3 * STEP_STRIDE + 1, "success", 1.0)]
-    assert out.reward_score == mine[0]["reward"] and out.extra_fields["tbx"]["seed"] == mine[0]["seed"]
+    assert out.reward_score == mine[0].reward and out.extra_fields["tbx"]["seed"] == mine[0].seed
 
 
 def make_loop(setup, server) -> TbxEpisodeLoop:
