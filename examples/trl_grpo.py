@@ -21,7 +21,7 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def tokenizer_with_tools(directory: str):  # noqa: ANN201 - a transformers tokenizer
+def tokenizer_with_tools(directory: str):  # a transformers tokenizer
     from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
 
     from tbx.policies.hf_model import load_tokenizer

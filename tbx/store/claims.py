@@ -75,7 +75,7 @@ class Claims:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
-    def _key(self, task_id: str, attempt: int):  # noqa: ANN202 - a SQLAlchemy condition
+    def _key(self, task_id: str, attempt: int):  # a SQLAlchemy condition
         t = self.table.c
         return (t.run_id == self.run_id) & (t.task_id == task_id) & (t.attempt == attempt)
 
@@ -149,7 +149,7 @@ class Claims:
                     conn.execute(update(self.table).where((self.table.c.run_id == self.run_id)
                                                           & (self.table.c.owner == self.me))
                                  .values(heartbeat_at=time.time()))
-            except Exception:  # noqa: BLE001 - a missed beat is retried; the store's own calls report errors
+            except Exception:  # a missed beat is retried; the store's own calls report errors
                 continue
 
     def stop(self) -> None:

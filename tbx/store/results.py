@@ -128,7 +128,7 @@ def _sqlite_engine(path: Path, timeout_s: float) -> Engine:
     engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": timeout_s})
 
     @event.listens_for(engine, "connect")
-    def _pragmas(dbapi_conn, _record):  # noqa: ANN001 - SQLAlchemy's hook signature
+    def _pragmas(dbapi_conn, _record):  # SQLAlchemy's hook signature
         dbapi_conn.isolation_level = None  # transactions begin below, not in the driver
         cursor = dbapi_conn.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")  # readers never block the writer
@@ -139,7 +139,7 @@ def _sqlite_engine(path: Path, timeout_s: float) -> Engine:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _begin(conn):  # noqa: ANN001
+    def _begin(conn):
         # IMMEDIATE: a transaction takes the write lock at its start, so a claim read and the write that
         # follows it are one step for every other process (a DEFERRED one could read, then lose the lock)
         conn.exec_driver_sql("BEGIN IMMEDIATE")
@@ -199,7 +199,7 @@ class ResultStore:
         for record in self._read(attempts.c.run_id == self.run_id):
             self._remember(record)
 
-    def _read(self, condition) -> list[StoredTry]:  # noqa: ANN001 - a SQLAlchemy condition
+    def _read(self, condition) -> list[StoredTry]:  # a SQLAlchemy condition
         query = select(attempts.c.record).where(condition).order_by(attempts.c.task_id, attempts.c.attempt,
                                                                      attempts.c.try_index)
         try:

@@ -27,7 +27,7 @@ def selected(cfg) -> PoolSelection:
     return PoolSelection(run_dir="select", manifest="pool.json", hash="h", plot="bands.png", kept=3, n_tasks=3)
 
 
-def trained(final_model: str | None, exit_code: int = 0):  # noqa: ANN201 - a stage function
+def trained(final_model: str | None, exit_code: int = 0):  # a stage function
     return lambda cfg: TrainResult(run_dir="train", pool_hash="h", steps=1, final_model=final_model,
                                    exit_code=exit_code)
 
