@@ -16,10 +16,10 @@ if [ "${TBX_SKIP_VLLM:-0}" = 1 ]; then
   VERL_TESTS=0
 fi
 status=0
-.venv/bin/python -m pytest -m "not verl" "$@" || status=$?
+.venv/bin/python -m pytest -m "not verl" --durations=15 "$@" || status=$?  # the 15 slowest, for the time budget
 if [ "$VERL_TESTS" = 1 ]; then
   echo "[test] the verl suite in .venv-vllm"
-  .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider "$@" || status=$?
+  .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider --durations=5 "$@" || status=$?
 fi
 # The adapters of tbx.envs against TRL, verifiers and OpenEnv, in .venv-envs (tests/envs, marker `envs`; in
 # .venv they skip). Run with the whole suite, but for the slow ones (vf-eval runs, one against tbx's vLLM; 2 TRL GRPO
