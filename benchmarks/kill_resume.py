@@ -21,6 +21,7 @@ import argparse
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,12 +66,6 @@ def print_rows(rows: list[dict]) -> None:
           f"{sum(r['seconds'] for r in rows):.0f} s")
 
 
-def measure(context, cases: list, root: Path, seed: int, rows: list[dict]) -> None:
-    for offset, case in enumerate(cases):
-        rows.append(measure_stage(context, case, root, seed * 3 + offset))
-        print(f"{case.stage}: done in {rows[-1]['seconds']:.0f} s", file=sys.stderr)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=60, help="random kills, split evenly over the stages")
@@ -90,14 +85,16 @@ def main() -> None:
             root = Path(folder)
             cases = [*([harness.eval_case(per_stage, tasks=args.tasks, attempts=12)] if "eval" in stages else []),
                      *([harness.probe_case(per_stage, tasks=args.tasks, attempts=20)] if "probe" in stages else [])]
-            if "train" in stages:
-                train_kills = max(1, args.kills - len(cases) * per_stage)
-                tiny = harness.build_tiny_model(root / "tiny-llama")
-                with vllm_server("tiny", tiny, root) as server:  # the trainer's rollouts, outliving its kills
+            with ExitStack() as servers:
+                if "train" in stages:
+                    train_kills = max(1, args.kills - len(cases) * per_stage)
+                    tiny = harness.build_tiny_model(root / "tiny-llama")
+                    # the trainer's rollouts, outliving its kills
+                    server = servers.enter_context(vllm_server("tiny", tiny, root))
                     cases.append(harness.train_case(root, train_kills, steps=train_kills + 4, server=server))
-                    measure(context, cases, root, args.seed, rows)
-            else:
-                measure(context, cases, root, args.seed, rows)
+                for offset, case in enumerate(cases):
+                    rows.append(measure_stage(context, case, root, args.seed * 3 + offset))
+                    print(f"{case.stage}: done in {rows[-1]['seconds']:.0f} s", file=sys.stderr)
             leftovers = [p for p in (root / "db" / "episodes").glob("*") if any(p.iterdir())]
             left_files = sum(1 for p in leftovers for _ in p.iterdir())
     finally:
