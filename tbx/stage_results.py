@@ -133,6 +133,7 @@ class NativeTrainResult(TrainResult):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerlTrainResult(TrainResult):
     trained_steps: int  # verl's newest checkpoint
+    updates: int | None  # steps with a gradient (None: verl logged no gradient norm)
     checkpoints: str
     command: str  # the trainer's command line (a shell file)
     log: str
@@ -140,9 +141,11 @@ class VerlTrainResult(TrainResult):
     verl: dict[str, Any]  # the trainer: name, version, checkpoint, base_model, device (run.json's "trainer")
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "trainer": "verl", "pool_hash": self.pool_hash, "steps": self.steps,
-                "trained_steps": self.trained_steps, "checkpoints": self.checkpoints, "final_model": self.final_model,
-                "command": self.command, "log": self.log, "metrics": self.metrics, "verl": self.verl}
+        data = {"run_dir": self.run_dir, "trainer": "verl", "pool_hash": self.pool_hash, "steps": self.steps,
+                "trained_steps": self.trained_steps, "updates": self.updates, "checkpoints": self.checkpoints,
+                "final_model": self.final_model, "command": self.command, "log": self.log, "metrics": self.metrics,
+                "verl": self.verl}
+        return data | ({"exit_code": self.exit_code} if self.exit_code else {})
 
 
 @dataclass(frozen=True, slots=True)

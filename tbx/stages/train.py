@@ -227,11 +227,15 @@ def finish_training(run_dir: Path, policy, pool_hash: str, steps: int, n_tasks: 
     if updates:
         print(f"trained {steps} steps ({updates} with a model update) on {n_tasks} pool tasks -> {final}")
     else:
-        print(f"no update ran: every group of all {steps} steps had zero variance (the same reward for every "
-              f"attempt), so no trained model was saved ({run_dir / 'train.json'}); fix: a pool with tasks the "
-              "model sometimes passes (stage=select's bands), larger grpo.group_size, or "
-              "grpo.replace_zero_variance=true", file=sys.stderr)
+        print(no_update_line(steps, run_dir), file=sys.stderr)
     return summary
+
+
+def no_update_line(steps: int, run_dir: Path) -> str:
+    return (f"no update ran: every group of all {steps} steps had zero variance (the same reward for every "
+            f"attempt), so no trained model was saved ({run_dir / 'train.json'}); fix: a pool with tasks the "
+            "model sometimes passes (stage=select's bands), larger grpo.group_size, or "
+            "grpo.replace_zero_variance=true")
 
 
 def _start(cfg: Config, run_dir: Path, tasks: list, store, finetune: str) -> _Trainer:
@@ -282,8 +286,11 @@ def _train_with_verl(cfg: Config, manifest: PoolManifest) -> VerlTrainResult:
         store.close()
     record_meta(run_dir, "trainer", summary.verl)
     write_text(run_dir / "train.json", json.dumps(summary.to_json(), indent=2))
-    print(f"verl trained {summary.trained_steps} steps on {len(tasks)} pool tasks -> "
-          f"{summary.final_model or summary.checkpoints}")
+    if summary.exit_code == EXIT_NO_UPDATE:
+        print(no_update_line(summary.steps, run_dir), file=sys.stderr)
+    else:
+        print(f"verl trained {summary.trained_steps} steps on {len(tasks)} pool tasks -> "
+              f"{summary.final_model or summary.checkpoints}")
     return summary
 
 

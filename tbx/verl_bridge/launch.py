@@ -18,7 +18,8 @@
    logger writes each step's metrics to `verl/metrics.jsonl` as the step ends (an earlier start's file is
    kept as `verl/metrics.<n>.jsonl`: verl truncates the file it opens; `step_metrics` reads them all);
 5. merges verl's last checkpoint into a Hugging Face folder (`final_model/`) with verl's own
-   merger, and records verl's version and the checkpoint in `run.json`.
+   merger, and records verl's version and the checkpoint in `run.json`; a run in which no step had
+   a gradient (every group zero-variance) merges nothing and exits EXIT_NO_UPDATE, as natively.
 
 The command is also written to `verl/command.sh`, so a user can rerun or edit it by hand. verl
 resumes from the newest checkpoint in `checkpoints/` (`trainer.resume_mode=auto`), so a
@@ -43,7 +44,7 @@ from typing import Any
 
 from tbx.config import Config
 from tbx.durable import publish_folder
-from tbx.errors import ConfigError, InfraError
+from tbx.errors import EXIT_NO_UPDATE, ConfigError, InfraError
 from tbx.launch.ray_cluster import die_with_parent
 from tbx.records import PoolManifest
 from tbx.stage_results import VerlTrainResult
@@ -133,14 +134,24 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
     run_trainer(command, run_dir, environment, log_path)
     checkpoints = Path(plan.paths.checkpoint_dir)
     step = latest_verl_step(checkpoints)
-    final = merge_checkpoint(checkpoints, step, run_dir, environment) if step else None
+    updates = updated_steps(step_metrics(folder))
+    final = merge_checkpoint(checkpoints, step, run_dir, environment) if step and updates != 0 else None
     trainer = {"name": "verl", "version": importlib.metadata.version("verl") if final else VERL_VERSION,
                "checkpoint": str(checkpoints / f"global_step_{step}") if step else None,
                "base_model": str(model_dir), "device": "cpu" if hardware.cpu else "cuda"}
     return VerlTrainResult(run_dir=str(run_dir), pool_hash=plan.pool_hash, steps=plan.grpo.steps, trained_steps=step,
-                           checkpoints=str(checkpoints), final_model=str(final) if final else None,
+                           updates=updates, checkpoints=str(checkpoints), final_model=str(final) if final else None,
                            command=str(folder / "command.sh"), log=str(log_path), metrics=str(folder / METRICS_FILE),
-                           verl=trainer)
+                           verl=trainer, exit_code=EXIT_NO_UPDATE if step and updates == 0 else 0)
+
+
+def updated_steps(metrics: dict[int, dict[str, Any]]) -> int | None:
+    """How many of verl's logged steps changed the model: a non-zero gradient norm. verl steps its
+    optimizer on a batch whose advantages are all 0 too; with no gradient from the first step on (AdamW's
+    moments stay 0, weight decay 0 in the recipe) the weights are the base model's. None: verl logged no
+    gradient norm, so nothing can be said (the model is merged as before)."""
+    norms = [data["actor/grad_norm"] for data in metrics.values() if "actor/grad_norm" in data]
+    return sum(norm > 0 for norm in norms) if norms else None
 
 
 def keep_earlier_metrics(folder: Path) -> None:

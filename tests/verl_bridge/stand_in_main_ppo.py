@@ -1,17 +1,35 @@
-"""A stand-in for `python -m verl.trainer.main_ppo` that fails on demand.
+"""A stand-in for `python -m verl.trainer.main_ppo`: fails on demand, or ends as a run without a gradient.
 
 verl's real trainer runs on this machine (tests/verl_bridge/test_verl_cpu.py); it cannot be made to
-exit with a chosen failure status, which is what this entry does (`STAND_IN_EXIT=<code>`, default 3)
-so the bridge's error path is shown.
+exit with a chosen failure status, or to draw only zero-variance groups, which is what this entry does:
+- `STAND_IN_EXIT=<code>` (default 3): prints a line and exits with that status, so the bridge's error
+  path is shown;
+- `STAND_IN_EXIT=0` with `STAND_IN_GRAD_NORMS=0,0`: writes what verl leaves after those steps (one
+  line per step in its file logger's format, a checkpoint pointer to the last step) and exits 0.
 """
 
+import json
 import os
 import sys
+from pathlib import Path
+
+LOGGER = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 
 
 def main() -> int:
-    print("stand-in: failing as asked", flush=True)
-    return int(os.environ.get("STAND_IN_EXIT", "3"))
+    code = int(os.environ.get("STAND_IN_EXIT", "3"))
+    if code:
+        print("stand-in: failing as asked", flush=True)
+        return code
+    args = dict(arg.split("=", 1) for arg in sys.argv[1:] if "=" in arg)
+    norms = [float(n) for n in os.environ.get("STAND_IN_GRAD_NORMS", "").split(",") if n]
+    metrics, checkpoints = Path(args[LOGGER]), Path(args["trainer.default_local_dir"])
+    metrics.parent.mkdir(parents=True, exist_ok=True)
+    metrics.write_text("".join(json.dumps({"step": step, "data": {"actor/grad_norm": norm}}) + "\n"
+                               for step, norm in enumerate(norms, start=1)))
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text(str(len(norms)))
+    return 0
 
 
 if __name__ == "__main__":

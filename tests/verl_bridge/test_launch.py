@@ -13,9 +13,10 @@ import sys
 
 import pytest
 
-from tbx.errors import InfraError
+from tbx.errors import EXIT_NO_UPDATE, InfraError
 from tbx.records import PoolManifest
 from tbx.store import open_store
+from tbx.verl_bridge import launch
 from tbx.verl_bridge.launch import keep_earlier_metrics, run_verl_training, step_metrics, verl_command
 from tests.launch import ROOT, compose_cfg
 from tests.verl_bridge.test_overrides import manifest
@@ -61,6 +62,34 @@ def test_a_failing_trainer_is_an_infra_error_quoting_its_log(tmp_path, monkeypat
         run_verl_training(verl_cfg(tmp_path), pool, run_dir, "exp", store)
     store.close()
     assert "failing as asked" in (run_dir / "verl" / "main_ppo.log").read_text()
+
+
+@pytest.mark.parametrize(("norms", "updates"), [("0,0", 0), ("0,0.4", 1)])
+def test_a_verl_run_without_a_gradient_merges_no_model(tmp_path, monkeypatch, norms, updates):
+    """Every step of zero-variance groups (grad norm 0): no update ran, so nothing is merged and the stage
+    exits EXIT_NO_UPDATE, as natively; one step with a gradient is merged (the merger stands in here)."""
+    pool = write_pool(tmp_path)
+    monkeypatch.setenv("STAND_IN_EXIT", "0")
+    monkeypatch.setenv("STAND_IN_GRAD_NORMS", norms)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    merged = []
+    monkeypatch.setattr(launch.importlib.metadata, "version", lambda name: "0.9.1")  # verl is not installed in .venv
+    monkeypatch.setattr(launch, "merge_checkpoint", lambda checkpoints, step, run_dir, env: merged.append(step)
+                        or run_dir / "final_model")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store = open_store(None, run_dir, "run1", "train", read_tries=False)
+    try:
+        result = run_verl_training(verl_cfg(tmp_path, "grpo.steps=2"), pool, run_dir, "exp", store)
+    finally:
+        store.close()
+    assert (result.trained_steps, result.updates) == (2, updates)
+    if updates:
+        assert merged == [2] and result.final_model == str(run_dir / "final_model") and result.exit_code == 0
+    else:
+        assert merged == [] and result.final_model is None and result.exit_code == EXIT_NO_UPDATE
+        assert result.to_json()["exit_code"] == EXIT_NO_UPDATE and result.to_json()["final_model"] is None
 
 
 def test_step_metrics_survive_a_restart_that_replays_a_step(tmp_path):

@@ -4,7 +4,7 @@ Nothing of verl is replaced: `launch.py stage=train grpo.trainer=verl` → plan 
 its Ray head → `python -m verl.trainer.main_ppo` with tbx's overrides, the CPU platform and the vLLM
 extension of tbx/verl_bridge, vLLM's CPU build serving SmolLM2-135M inside verl's workers, an FSDP2
 actor over gloo, tbx's agent loop playing the pool's tasks (per-episode SQLite database, MCP session,
-scripted user) with injected tool and user faults. The run is SIGKILLed (the job's whole process
+scripted user) with injected tool, database and user faults. The run is SIGKILLed (the job's whole process
 group) once step 1's checkpoint is written and step 2 has started, and the same command is run
 again; then verl's merger writes the final model and tbx evaluates it.
 
@@ -30,6 +30,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
+from tbx.errors import EXIT_NO_UPDATE
 from tbx.store.training import STEP_STRIDE, step_of
 from tbx.verl_bridge.episode import episode_seed
 from tbx.verl_bridge.launch import step_metrics
@@ -43,6 +44,11 @@ POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0
 GROUP, GROUPS, STEPS, RETRIES = 4, 1, 2, 2  # one group a step: the CI budget (a step of 2 groups took 221 s)
 RUN_TIMEOUT_S = 2400.0  # one start of the run, on a loaded 2-core machine
 ERRORS = ("infra_error", "user_sim_error", "verifier_error")
+# Which tries a fault hits is drawn from the episode seed, which comes from verl's random prompt uid. The
+# embedded model makes few tool calls and asks the user little, so tool and user faults alone missed every
+# episode of a CI run; the database site is hit twice in every episode (its clone and the grader's reader):
+# with 15 % of those, no fault in 8 or more episodes is below 1 %.
+FAULTS = ("faults.tool=0.2", "faults.user=0.1", "faults.db=0.15")
 
 
 def write_pool(path: Path, pool: str = "full_param", finetune: str = "full") -> Path:
@@ -67,7 +73,7 @@ def train_command(root: Path, pool: Path) -> list[str]:
             "grpo=cpu_small", f"grpo.groups_per_step={GROUPS}", f"grpo.group_size={GROUP}", f"grpo.steps={STEPS}",
             "grpo.save_every=1", "grpo.max_replacements=1", "model.max_new_tokens=96", f"grpo.max_error_retries={RETRIES}",
             "grpo.max_prompt_tokens=1536", "grpo.max_response_tokens=640", "eval.max_turns=3",
-            "faults.tool=0.2", "faults.user=0.05", "faults.hang=0", "hardware=local_jobs",
+            *FAULTS, "faults.hang=0", "hardware=local_jobs",
             f"out_root={root / 'out'}", f"launcher.folder={root / 'jobs'}", "logger=none"]
 
 
@@ -143,7 +149,8 @@ def verl_run(tmp_path_factory):
                             timeout=RUN_TIMEOUT_S)
     timings["resumed_run_s"] = time.monotonic() - started
     (root / "second.log").write_text(second.stdout + second.stderr)
-    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    # 4 (EXIT_NO_UPDATE): no step drew a group of mixed verdicts, so nothing was merged (a rare draw)
+    assert second.returncode in (0, EXIT_NO_UPDATE), (second.stdout + second.stderr)[-4000:]
     return {"root": root, "run": run, "left_after_kill": left, "before_resume": before_resume,
             "second": second.stdout + second.stderr, "timings": timings}
 
@@ -249,6 +256,11 @@ def test_each_step_updated_the_model_and_synced_it_into_vllm(verl_run):
 
 def test_the_merged_model_is_a_tbx_model_that_evaluates(verl_run, tmp_path):
     run = verl_run["run"]
+    summary = json.loads((run / "train.json").read_text())
+    if summary["updates"] == 0:  # every step's groups were zero-variance: no update ran, so nothing is merged
+        assert summary["final_model"] is None and summary["exit_code"] == EXIT_NO_UPDATE
+        assert "no update ran" in verl_run["second"] and not (run / "final_model").exists()
+        pytest.skip("no step of this run drew a group of mixed verdicts (no update ran): nothing to merge")
     final = run / "final_model"
     assert (final / "config.json").is_file() and list(final.glob("*.safetensors"))
     meta = json.loads((run / "run.json").read_text())
