@@ -12,8 +12,8 @@ the same folder and resumes there, and a changed input never resumes an old run:
 - the content of every task in the set (bundled generators and the user's task files alike), with the
   policy text its agent reads (a domain's policy.md unless the task gives its own);
 - the code and text that decide a verdict or what the agent or the user sees (`CODE_PARTS`): the grader,
-  the judges, the tool layer, the simulated users, the prompt renderer and parser, and each domain's
-  schema, seed, tools and policy.md.
+  the judges, the tool layer (with the domain kit the bundled domains' tools share), the simulated users,
+  the prompt renderer and parser, and each domain's schema, seed, tools and policy.md.
 
 The model's settings count unless the policy declares it is a reference that plays no model
 (`is_reference`, tbx/traits.py: oracle, null, replay). A folder
@@ -106,7 +106,8 @@ def stage_tasks(cfg: Config) -> list:
 CODE_PARTS = {
     "grader": ("grading/diff.py", "grading/verdict.py", "backend/state.py"),
     "judges": ("grading/judge.py", "grading/judge_llm.py"),
-    "tools": ("tools/arguments.py", "tools/declare.py", "tools/mcp_server.py", "tools/runtime.py"),
+    # domains/kit.py: the argument checks and look-ups every bundled domain's tools share (their messages)
+    "tools": ("tools/arguments.py", "tools/declare.py", "tools/mcp_server.py", "tools/runtime.py", "domains/kit.py"),
     "users": ("users/base.py", "users/facts.py", "users/lexicon.py", "users/llm.py", "users/profiles.py",
               "users/reading.py", "users/scripted.py"),
     "agent": ("policies/prompting.py", "llm/parsing.py", "llm/wire.py", "episodes/run.py", "messages.py"),

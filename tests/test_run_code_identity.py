@@ -36,6 +36,7 @@ EDITS = [
     ("judges", "grading/judge_llm.py", lambda text: text + "\nRUBRIC_NOTE = 'be strict'\n"),
     ("tools", "tools/declare.py", lambda text: text + "\nNOTE = 'schema'\n"),
     ("domain tools", "domains/mock/tools.py", lambda text: text.replace('"""', '"""Edited. ', 1)),
+    ("domain kit", "domains/kit.py", lambda text: text.replace("MONEY_DIGITS = 15", "MONEY_DIGITS = 12", 1)),
     ("grader", "grading/verdict.py", lambda text: text + "\nLOOSE = False\n"),
 ]
 
