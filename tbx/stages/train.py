@@ -143,7 +143,8 @@ async def _train(cfg: Config, run: _Trainer) -> None:
 
         async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):
             seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
-            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed, limits)
+            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed, limits,
+                                       faults=cfg.faults)  # a re-run is another attempt: its own seed and faults
             store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on

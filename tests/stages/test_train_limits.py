@@ -56,8 +56,26 @@ def unblock():
 
 
 def test_a_tool_that_never_returns_ends_a_native_training_episode_as_an_error(tmp_path, backend, unblock):
+    _train_one_step(tmp_path, backend)
+    # the first error makes the group unfillable (no re-runs): the sampler may cancel its sibling unstored
+    records = read_records(tmp_path / "run")
+    assert all(f"did not answer within {LIMIT_S:g} s" in r.cause for r in records), records
+
+
+def test_injected_faults_reach_native_training_episodes(tmp_path, backend, unblock):
+    """`faults=` counts toward a training run's identity, so the native trainer injects them as evaluation
+    and verl's episodes do: every clone fails here, before the agent's first turn."""
+    _train_one_step(tmp_path, backend, "faults.db=1.0", "faults.hang=0")
+    records = read_records(tmp_path / "run")
+    assert all("injected fault: db call 0 failed" in r.cause for r in records), records
+
+
+def _train_one_step(tmp_path, backend, *overrides: str) -> None:
+    """One step of one group of 2 on the mock task with the blocking tool; every episode must end as an
+    infra_error that is stored, never trained on."""
     cfg = make_cfg(tmp_path, "stage=train", "tasks=mock", f"eval.call_timeout_s={LIMIT_S}", "grpo.group_size=2",
-                   "grpo.groups_per_step=1", "grpo.steps=1", "grpo.max_error_reruns=0", "grpo.max_replacements=0")
+                   "grpo.groups_per_step=1", "grpo.steps=1", "grpo.max_error_reruns=0", "grpo.max_replacements=0",
+                   *overrides)
     runtime = with_tool(prepare_task(mock_task(), backend), blocking.__tbx_tool__)
     run_dir = tmp_path / "run"
     store = open_store(None, run_dir, "train-limits", "train")
@@ -80,10 +98,8 @@ def test_a_tool_that_never_returns_ends_a_native_training_episode_as_an_error(tm
     try:
         assert not worker.is_alive(), "the training step never ended: its episodes waited on the tool for ever"
         assert not failed, failed
-        # the first error makes the group unfillable (no re-runs): the sampler may cancel its sibling unstored
         records = read_records(run_dir)
         assert records and all(r.outcome == "infra_error" for r in records), records
-        assert all(f"did not answer within {LIMIT_S:g} s" in r.cause for r in records), records
         assert run.state.step == 1 and run.state.history[0]["train/groups"] == 0  # dropped, never trained
         assert {r.seed for r in records} <= set(policy.taken)  # their traces dropped, never trained on
     finally:
