@@ -27,6 +27,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import re
 import subprocess
 from collections.abc import Collection
 from pathlib import Path
@@ -189,7 +190,23 @@ def run_name(cfg: Config) -> str:
     if cfg.stage.name == "report":
         return f"report-{len(cfg.runs)}runs-{run_identity(cfg)}"
     agent = cfg.serve.agent_name if cfg.stage.name == "serve" else cfg.policy.name
-    return f"{cfg.stage.name}-{cfg.tasks.name}-{agent}-{run_identity(cfg)}"
+    return f"{cfg.stage.name}-{tasks_label(cfg)}-{agent}-{run_identity(cfg)}"
+
+
+def tasks_label(cfg: Config) -> str:
+    """The task set a run's name shows: the `tasks` group's name, or for training the task set the pool
+    was probed on (the pool manifest's), which `tasks=` does not choose."""
+    from tbx.catalog import load_manifest
+    from tbx.stages.registry import stage_of
+
+    if stage_of(cfg).tasks_from_pool:
+        try:
+            name = load_manifest(cfg.train.pool, "train.pool").probe_settings.get("tasks", {}).get("name")
+        except InputError:
+            name = None  # the stage itself stops on the manifest
+        if isinstance(name, str) and re.fullmatch(r"[\w.-]{1,64}", name):
+            return name
+    return cfg.tasks.name
 
 
 def changed_settings(old: Any, new: Any, prefix: str = "") -> list[str]:

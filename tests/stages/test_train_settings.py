@@ -14,6 +14,7 @@ import tbx.stages.train
 from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
+from tbx.runs import run_name
 from tests.launch import compose_cfg
 from tests.stages.test_eval_regrade import make_cfg
 
@@ -61,3 +62,11 @@ def test_a_pool_option_that_mismatches_the_manifest_is_refused(tmp_path, finetun
 @pytest.mark.parametrize(("finetune", "pool"), [("lora", ["pool=lora"]), ("full", [])])
 def test_a_pool_option_that_matches_the_manifest_passes(tmp_path, finetune, pool):
     check_config(compose_cfg("stage=train", f"train.pool={write_manifest(tmp_path, finetune)}", *pool))
+
+
+def test_a_training_run_is_named_by_the_task_set_its_pool_was_probed_on(tmp_path):
+    """`tasks=` does not choose a training run's tasks (the pool does), so the run's name shows the pool's."""
+    cfg = make_cfg(tmp_path, "stage=train", "tasks=travel", f"train.pool={write_manifest(tmp_path, 'full')}")
+    assert run_name(cfg).startswith("train-mock-")
+    unreadable = make_cfg(tmp_path, "stage=train", "tasks=travel", f"train.pool={tmp_path / 'missing.json'}")
+    assert run_name(unreadable).startswith("train-travel-")  # the stage itself stops on the manifest
