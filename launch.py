@@ -108,9 +108,12 @@ def main(dict_cfg: DictConfig) -> None:
         plan = plan_for(cfg)
         if cfg.show:
             from tbx.runs import identity_settings, run_name
+            from tbx.stages.registry import stage_of
 
             try:
-                print(f"# run: {run_name(cfg)}\n# identity settings: {identity_settings(cfg)}")
+                own = stage_of(cfg).run_folder
+                name = run_name(cfg) if own else f"none (stage={cfg.stage.name} writes no run folder of its own)"
+                print(f"# run: {name}\n# identity settings: {identity_settings(cfg)}")
             except InputError as exc:  # the identity covers the tasks' content: named once they load
                 print(f"# run: not known until the inputs load ({exc})")
             print(plan.describe())

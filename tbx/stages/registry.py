@@ -54,6 +54,7 @@ class Stage:
     loads_tasks: bool = False  # it reads the `tasks` group's task set (checked before the run)
     tasks_from_pool: bool = False  # the tasks it plays are the pool manifest's (train.pool), not a task set
     shardable: bool = False  # launcher.shards > 1 splits its tasks over a job array sharing one store
+    run_folder: bool = False  # it writes a run folder of its own (`out_root/<run name>`, or `run_dir=`)
     checks: tuple[Check, ...] = ()  # pure checks of its values, run when the typed config is built
     environment_checks: tuple[Check, ...] = ()  # checks that read the environment, run by check_config
     result: type = Finished  # the frozen record `run` returns (tbx/stage_results.py), with its `exit_code`
@@ -75,11 +76,11 @@ EPISODE_CHECKS = (values.check_episode_limits, values.check_episode_timeouts)
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("eval", "tbx.stages.eval:run_eval", "play every task's attempts, grade and store them",
           uses=("tasks", *POLICY, *PLAYED), plays_episodes=True, loads_tasks=True, shardable=True,
-          checks=(values.check_eval_counts, *EPISODE_CHECKS), result=EvalResult),
+          checks=(values.check_eval_counts, *EPISODE_CHECKS), run_folder=True, result=EvalResult),
     Stage("serve", "tbx.stages.serve:run_serve", "serve episodes over MCP to an agent outside tbx",
           uses=("tasks", *PLAYED, "serve"), loads_tasks=True,
           checks=(values.check_served_attempts, *EPISODE_CHECKS, values.check_serve),
-          environment_checks=(env.check_serve_token,), result=EvalResult),
+          environment_checks=(env.check_serve_token,), run_folder=True, result=EvalResult),
     Stage("serve_model", "tbx.stages.serve_model:run_serve_model",
           "start the model's vLLM once and keep it for later commands", uses=("model", "seed"),
           result=ServeModelResult),
@@ -91,16 +92,16 @@ STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("probe", "tbx.stages.probe:run_probe", "measure each task's success rate, adaptively",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe"), plays_episodes=True,
           loads_tasks=True, shardable=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_bands),
-          result=ProbeResult),
+          run_folder=True, result=ProbeResult),
     Stage("select", "tbx.stages.select:run_select", "freeze a probe's kept bands into a pool manifest",
-          uses=("difficulty", "pool", "select"), checks=(values.check_bands,), result=PoolSelection),
+          uses=("difficulty", "pool", "select"), checks=(values.check_bands,), run_folder=True, result=PoolSelection),
     Stage("report", "tbx.stages.report:run_report", "compare stored runs: tables and figures",
-          uses=("report", "runs"), result=ReportResult),
+          uses=("report", "runs"), run_folder=True, result=ReportResult),
     Stage("view", "tbx.stages.view:run_view", "look at stored runs in the browser",
           checks=(values.check_view,), environment_checks=(env.check_view_token,), result=ViewResult),
     Stage("train", "tbx.stages.train:run_train", "GRPO on a pool's tasks",
           uses=(*POLICY, *PLAYED, "pool", "grpo", "train"), plays_episodes=True, tasks_from_pool=True,
-          checks=(values.check_episode_timeouts, values.check_grpo), result=TrainResult),
+          checks=(values.check_episode_timeouts, values.check_grpo), run_folder=True, result=TrainResult),
     Stage("pipeline", "tbx.stages.pipeline:run_pipeline", "probe, select, train, evaluate and report",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe", "grpo", "pipeline"), plays_episodes=True,
           loads_tasks=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_grpo,

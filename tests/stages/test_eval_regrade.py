@@ -140,6 +140,12 @@ def test_show_prints_config_and_exits(tmp_path):
     assert not (tmp_path / "eval-mock-oracle").exists()
 
 
+@pytest.mark.parametrize("stage", ["serve_model", "pipeline", "validate"])
+def test_show_names_no_run_for_a_stage_without_a_run_folder(tmp_path, stage):
+    out = launch(f"stage={stage}", "show=true", "tasks=mock", f"out_root={tmp_path}")
+    assert out.returncode == 0 and f"# run: none (stage={stage} writes no run folder of its own)" in out.stdout
+
+
 def test_report_compares_stored_runs_and_refuses_incomplete_ones(tmp_path):
     base = run(make_cfg(tmp_path, "tasks=mock", "policy=null_agent", "eval.attempts=3"))
     coin = run(make_cfg(tmp_path, "tasks=mock", "policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin",

@@ -65,7 +65,8 @@ def test_a_new_stage_is_its_module_one_entry_and_its_option_file(tmp_path):
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "toy stage ran with seed 7" in ran.stdout
     shown = launch("seed=7", "show=true")
-    assert shown.returncode == 0 and "# run: toy-" in shown.stdout and "# plan: stage=toy" in shown.stdout
+    assert shown.returncode == 0 and "# plan: stage=toy" in shown.stdout
+    assert "# run: none (stage=toy writes no run folder of its own)" in shown.stdout  # run_folder not declared
     refused = launch("launcher.shards=2")  # not shardable: the plan refuses it, as for any such stage
     assert refused.returncode == 2 and "launcher.shards" in refused.stderr
 
