@@ -24,6 +24,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
+from tbx.errors import EXIT_NO_UPDATE
 from tbx.verl_bridge.launch import step_metrics
 from tests.launch.test_slurm import job_field, slurm  # noqa: F401 - the session's Slurm cluster
 from tests.verl_bridge.test_verl_cpu import (
@@ -55,7 +56,8 @@ def lora_run(request, tmp_path_factory):
                 "grpo.steps=1", f"grpo.kl_coef={KL}", "grpo.lora_rank=8"]
     done = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     (root / "launch.log").write_text(done.stdout + done.stderr)
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    # 4 (EXIT_NO_UPDATE): the step drew only zero-variance groups, so nothing was merged (a rare draw)
+    assert done.returncode in (0, EXIT_NO_UPDATE), (done.stdout + done.stderr)[-4000:]
     run = run_dir_of(root)
     assert run is not None
     return {"root": root, "run": run, "output": done.stdout + done.stderr}
@@ -83,6 +85,9 @@ def test_verl_trained_a_lora_adapter_with_the_kl_term(lora_run):
     assert f"actor_rollout_ref.actor.kl_loss_coef={KL}" in command and "actor_rollout_ref.model.lora_rank=8" in command
     summary = json.loads((lora_run["run"] / "train.json").read_text())
     assert summary["trained_steps"] == 1 and summary["trainer"] == "verl"
+    if summary["updates"] == 0:  # no group of mixed verdicts: no update ran, nothing merged
+        assert summary["final_model"] is None and step["actor/grad_norm"] == 0
+        pytest.skip("the step drew only zero-variance groups (no update ran): no adapter to merge")
     final = Path(summary["final_model"])
     assert (final / "config.json").is_file() and list(final.rglob("*.safetensors"))
 
