@@ -21,8 +21,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tbx.config import Config, plain
 from tbx.records import PoolManifest, PoolTask
 from tbx.verl_bridge.overrides import AGENT_LOOP_NAME, TrainPlan, agent_loop_entries, validate_manifest
@@ -57,7 +55,16 @@ def write_bridge_files(cfg: Config, manifest: PoolManifest, plan: TrainPlan, pro
     """Rows, agent-loop YAML, resolved tbx config and manifest copy, where `plan.paths` says."""
     paths = plan.paths
     write_rows(pool_rows(manifest), Path(paths.train_file))
-    Path(paths.agent_loop_config).write_text(
-        yaml.safe_dump(agent_loop_entries(plan, prompt_style), sort_keys=False))
-    Path(paths.tbx_config).write_text(yaml.safe_dump(plain(cfg), sort_keys=False))
+    Path(paths.agent_loop_config).write_text(omegaconf_yaml(agent_loop_entries(plan, prompt_style)))
+    Path(paths.tbx_config).write_text(omegaconf_yaml(plain(cfg)))
     Path(paths.manifest).write_text(json.dumps(manifest.to_dict(), indent=2))
+
+
+def omegaconf_yaml(data: Any) -> str:
+    """YAML that OmegaConf, which reads both files back (verl's agent-loop config; the workers' tbx config),
+    reads as written. PyYAML leaves a string such as the run id `635e839243` unquoted, and OmegaConf's loader
+    takes it for a float (inf), so the workers stored their episodes under run id 'inf'; OmegaConf's own
+    dumper quotes every string its loader would read as another type."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_yaml(OmegaConf.create(data))

@@ -8,6 +8,7 @@ Regenerate the golden files after an intended change: `TBX_UPDATE_GOLDEN=1 pytes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -188,6 +189,22 @@ def test_pool_rows_and_bridge_files(tmp_path):
     assert (loaded.model.path, loaded.tasks, loaded.user, loaded.pool) == (cfg.model.path, cfg.tasks, cfg.user, cfg.pool)
     assert "${" not in loaded.backend.workdir + loaded.model.cache_dir  # interpolations resolved on load
     assert json.loads(Path(plan.paths.manifest).read_text())["hash"] == "0123456789abcdef"
+
+
+@pytest.mark.parametrize("run_id", ["635e839243", "0123456789", "1234567890", "abcdef0123"])
+def test_bridge_files_read_back_by_omegaconf_as_written(tmp_path, run_id):
+    """verl reads the agent-loop YAML with OmegaConf, whose loader takes `635e839243` for a float (inf): the
+    workers then stored every episode under run id 'inf', where the launcher's discard of a killed step's
+    episodes never found them (seen in a CI run). Strings that read as numbers stay strings."""
+    from omegaconf import OmegaConf
+
+    reference = reference_config()
+    cfg = dataclasses.replace(reference, model=dataclasses.replace(reference.model, name="1e5"))
+    plan = plan_training(manifest(kept=40), str(tmp_path), "e", run_id=run_id)
+    write_bridge_files(cfg, manifest(kept=40), plan)
+    (entry,) = OmegaConf.to_container(OmegaConf.load(plan.paths.agent_loop_config))
+    assert entry["run_id"] == run_id and entry["max_error_retries"] == 2 and entry["stop_after_tool_call"] is True
+    assert load_config(plan.paths.tbx_config).model.name == "1e5"  # not 100000.0
 
 
 def _compose_with_verl(overrides: list[str]):
