@@ -88,7 +88,7 @@ class TbxEpisodeLoop(AgentLoopBase):
         stored = recorder.claim_slot(str(task_id), int(kwargs.get("global_steps", 1)) - 1, session)
         try:
             episode = await run_training_episode(world, str(task_id), make_agent, uid=uid, attempt=session,
-                                                 max_error_retries=self.max_error_retries,
+                                                 max_error_retries=self.max_error_retries, stored_attempt=stored,
                                                  on_try=lambda result: recorder.record(result, stored))
         except Exception:
             recorder.release(str(task_id), stored)  # nothing if its last try was stored already

@@ -160,11 +160,20 @@ class TrainingEpisode:
         return "context_limit" if self.trace.exhausted else self.result.ended_by
 
 
+def fault_seed(task_id: str, stored_attempt: int, try_index: int) -> int:
+    """Per-try seed of the injected faults (`faults=`): from the task and the stored attempt number (its step
+    and slot), not from verl's random prompt uid, so the same run, and a killed step replayed, injects the
+    same faults, as an evaluation campaign does."""
+    return episode_seed(f"{task_id}@{stored_attempt}", 0, try_index)
+
+
 async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Callable[[], TokenAgent], *,
-                               uid: str, attempt: int, max_error_retries: int,
+                               uid: str, attempt: int, max_error_retries: int, stored_attempt: int | None = None,
                                on_try: Callable[[EpisodeResult], None] | None = None) -> TrainingEpisode:
     """Play `task_id` until a try ends in a verdict (success or failure), at most 1 + retries times;
-    `on_try` sees every try that ended (errored ones included) as it ends."""
+    `on_try` sees every try that ended (errored ones included) as it ends. `stored_attempt` (the attempt
+    number its tries are stored under) seeds the injected faults; without it they are drawn from the try's
+    own seed."""
     runtime = world.runtime(task_id)
     errored: list[EpisodeResult] = []
     for try_index in range(max_error_retries + 1):
@@ -172,7 +181,9 @@ async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Ca
         policy = SingleAgentPolicy(agent, world.cfg.model.name)
         user = BudgetUser(world.user, agent.trace)
         result = await run_episode(runtime, world.backend, policy, user, world.judge, attempt,
-                                   episode_seed(uid, attempt, try_index), world.limits, faults=world.cfg.faults)
+                                   episode_seed(uid, attempt, try_index), world.limits, faults=world.cfg.faults,
+                                   fault_seed=None if stored_attempt is None else fault_seed(task_id, stored_attempt,
+                                                                                             try_index))
         if agent.fatal is not None:
             raise agent.fatal
         if on_try is not None:

@@ -7,14 +7,16 @@ known (success); the checks are on what verl would train on.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 
 import pytest
 
-from tbx.config import BackendConfig, Config, EvalConfig, ModelConfig, TasksConfig
+from tbx.config import BackendConfig, Config, EvalConfig, FaultsConfig, ModelConfig, TasksConfig
 from tbx.episodes import Outcome
 from tbx.errors import ConfigError, UserSimError
+from tbx.faults import draw
 from tbx.llm.parsing import render_assistant_text
 from tbx.messages import Message, ToolCall
 from tbx.policies.prompting import build_chat, demonstrations_for, render_prompt
@@ -24,6 +26,7 @@ from tbx.verl_bridge.episode import (
     EpisodeWorld,
     TrainingEpisode,
     check_pool_prompts,
+    fault_seed,
     run_training_episode,
 )
 from tbx.verl_bridge.token_agent import SENTINEL, PromptRenderer, TokenAgent, TokenLimits, _mark_turns
@@ -60,14 +63,15 @@ def oracle_server(world, tokenizer=None, **kw) -> ScriptedServer:
 
 
 def play(world, server, limits=LIMITS, style="tbx", retries=2, renderer_cls=PromptRenderer,
-         tokenizer=None) -> TrainingEpisode:
+         tokenizer=None, uid="uid-1", stored_attempt=None) -> TrainingEpisode:
     renderer = renderer_cls(tokenizer or tiny_tokenizer(), style, few_shot=True)
     ids = itertools.count()
 
     def make_agent():
         return TokenAgent(server.generate, renderer, limits, f"req-{next(ids)}", {"temperature": 1.0, "logprobs": True})
 
-    return asyncio.run(run_training_episode(world, TASK, make_agent, uid="uid-1", attempt=3, max_error_retries=retries))
+    return asyncio.run(run_training_episode(world, TASK, make_agent, uid=uid, attempt=3, max_error_retries=retries,
+                                            stored_attempt=stored_attempt))
 
 
 def test_oracle_episode_is_rewarded_and_its_token_stream_is_what_verl_needs(world):
@@ -150,6 +154,21 @@ def test_error_outcome_is_rerun_not_scored(world):
     assert episode.result.outcome is Outcome.SUCCESS and episode.reward == 1.0
     assert episode.result.seed != episode.error_tries[0].seed  # a fresh try, not a replay
     assert episode.trace.generations == 4  # the trace is the successful try's own
+
+
+def test_injected_faults_follow_the_stored_attempt_not_verls_random_uid(world):
+    """The faults of a training try are drawn from its task and stored attempt (fault_seed), so a run and its
+    replayed step inject the same ones, whatever uid verl gives the prompt."""
+    faults = FaultsConfig(name="test", db=0.5, hang=0.0)
+    world.cfg = dataclasses.replace(world.cfg, faults=faults)
+    clone_fails = [draw(faults, fault_seed(TASK, attempt, 0), "db", 0) == "fail" for attempt in range(40)]
+    stored = next(a for a in range(40) if clone_fails[a] and draw(faults, fault_seed(TASK, a, 1), "db", 0) is None
+                  and draw(faults, fault_seed(TASK, a, 1), "db", 1) is None)
+    for uid in ("uid-1", "uid-2"):
+        episode = play(world, oracle_server(world), uid=uid, stored_attempt=stored)
+        assert [r.cause for r in episode.error_tries] == [
+            "could not clone the task database: injected fault: db call 0 failed"]
+        assert episode.result.outcome is Outcome.SUCCESS
 
 
 def test_episode_that_always_errors_raises_instead_of_reward_zero(world):
