@@ -117,6 +117,10 @@ class TrainResult:
     final_model: str | None  # the trained model's folder; None when no step updated the model
     exit_code: int = 0  # EXIT_NO_UPDATE when no step updated the model
 
+    def _with_exit_code(self, data: dict[str, Any]) -> dict[str, Any]:
+        """train.json names its exit code only when it is not 0 (as it always has)."""
+        return data | ({"exit_code": self.exit_code} if self.exit_code else {})
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NativeTrainResult(TrainResult):
@@ -127,7 +131,7 @@ class NativeTrainResult(TrainResult):
     def to_json(self) -> dict[str, Any]:
         data = {"run_dir": self.run_dir, "pool_hash": self.pool_hash, "steps": self.steps, "updates": self.updates,
                 "history": list(self.history), "final_model": self.final_model, "weights": self.weights}
-        return data | ({"exit_code": self.exit_code} if self.exit_code else {})  # as train.json has had it
+        return self._with_exit_code(data)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,7 +149,7 @@ class VerlTrainResult(TrainResult):
                 "trained_steps": self.trained_steps, "updates": self.updates, "checkpoints": self.checkpoints,
                 "final_model": self.final_model, "command": self.command, "log": self.log, "metrics": self.metrics,
                 "verl": self.verl}
-        return data | ({"exit_code": self.exit_code} if self.exit_code else {})
+        return self._with_exit_code(data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -180,10 +180,10 @@ async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Ca
         agent = make_agent()
         policy = SingleAgentPolicy(agent, world.cfg.model.name)
         user = BudgetUser(world.user, agent.trace)
+        faults_from = None if stored_attempt is None else fault_seed(task_id, stored_attempt, try_index)
         result = await run_episode(runtime, world.backend, policy, user, world.judge, attempt,
                                    episode_seed(uid, attempt, try_index), world.limits, faults=world.cfg.faults,
-                                   fault_seed=None if stored_attempt is None else fault_seed(task_id, stored_attempt,
-                                                                                             try_index))
+                                   fault_seed=faults_from)
         if agent.fatal is not None:
             raise agent.fatal
         if on_try is not None:

@@ -152,7 +152,7 @@ def verl_run(tmp_path_factory):
                             timeout=RUN_TIMEOUT_S)
     timings["resumed_run_s"] = time.monotonic() - started
     (root / "second.log").write_text(second.stdout + second.stderr)
-    # 4 (EXIT_NO_UPDATE): no step drew a group of mixed verdicts, so nothing was merged (a rare draw)
+    # 4 (EXIT_NO_UPDATE): no step drew a group of mixed verdicts, so nothing was merged (2 of 4 runs here)
     assert second.returncode in (0, EXIT_NO_UPDATE), (second.stdout + second.stderr)[-4000:]
     return {"root": root, "run": run, "left_after_kill": left, "before_resume": before_resume,
             "second": second.stdout + second.stderr, "second_exit": second.returncode, "timings": timings}

@@ -56,7 +56,7 @@ def lora_run(request, tmp_path_factory):
                 "grpo.steps=1", f"grpo.kl_coef={KL}", "grpo.lora_rank=8"]
     done = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     (root / "launch.log").write_text(done.stdout + done.stderr)
-    # 4 (EXIT_NO_UPDATE): the step drew only zero-variance groups, so nothing was merged (a rare draw)
+    # 4 (EXIT_NO_UPDATE): the step drew only zero-variance groups, so nothing was merged
     assert done.returncode in (0, EXIT_NO_UPDATE), (done.stdout + done.stderr)[-4000:]
     run = run_dir_of(root)
     assert run is not None
