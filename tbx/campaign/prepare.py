@@ -37,6 +37,7 @@ from tbx.domains import get_domain
 from tbx.durable import write_text
 from tbx.owner import Owner, this_process
 from tbx.tasks.model import ExpectedChange, Task
+from tbx.tau2 import is_tau2
 
 CACHE_VERSION = 1  # bump when what an entry holds changes
 MIN_TASKS_PER_PROCESS = 32  # fewer misses are prepared here: a process's start-up (~1-2 s) would cost more
@@ -44,9 +45,7 @@ MIN_TASKS_PER_PROCESS = 32  # fewer misses are prepared here: a process's start-
 
 def write_runtimes(path: Path, runtimes: dict[str, TaskRuntime]) -> None:
     """Tasks as run (content, initial state, expected changes): what `stage=regrade` needs."""
-    lines = [json.dumps({"task": rt.task.raw, "source": rt.task.source, "initial": rt.initial,
-                         "expected": [vars(e) for e in rt.expected], "volatile": list(rt.volatile)}, default=str)
-             for rt in runtimes.values()]
+    lines = [json.dumps(rt.to_json(), default=str) for rt in runtimes.values()]
     write_text(path, "\n".join(lines) + "\n")
 
 
@@ -136,6 +135,9 @@ def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, T
     cache = _cache(cfg, backend)
     if cache.folder.is_dir():
         cache.sweep()
+    # τ²-bench tasks keep no template: their runtime is the gold actions played once in memory (tbx/tau2)
+    kept = {task.id: prepare_task(task, backend) for task in tasks if is_tau2(task.domain)}
+    tasks = [task for task in tasks if task.id not in kept]
     runtimes: dict[str, TaskRuntime | None] = {task.id: cache.load(task, backend) for task in tasks}
     missing = [task for task in tasks if runtimes[task.id] is None]
     processes = share_processes(cfg, len(missing), MIN_TASKS_PER_PROCESS)
@@ -151,5 +153,5 @@ def prepare_all(cfg: Config, tasks: list[Task], backend: Backend) -> dict[str, T
         runtime = prepare_task(task, backend)
         cache.save(runtime)
         runtimes[task.id] = runtime
-    return {task_id: runtime for task_id, runtime in runtimes.items() if runtime is not None}
+    return kept | {task_id: runtime for task_id, runtime in runtimes.items() if runtime is not None}
 

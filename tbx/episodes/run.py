@@ -15,21 +15,16 @@ conversation): the state it left is graded for the record, and the outcome is `a
 from __future__ import annotations
 
 import asyncio
-import importlib
 import time
 from collections.abc import Coroutine
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-from tbx.backend import Backend, State, dump_state
-from tbx.backend.state import state_delta
-from tbx.catalog import TaskRuntime, source_hash
+from tbx.backend import Backend, State
 from tbx.config import FaultsConfig
 from tbx.episodes.limits import EpisodeLimits
+from tbx.episodes.state import EpisodeState, Runtime
 from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.faults import EpisodeFaults
-from tbx.grading import grade_state
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
@@ -39,28 +34,11 @@ from tbx.users.base import UserSimulator
 from tbx.waits import bounded, off_loop
 
 
-@cache
-def tools_hash(domain: str) -> str:
-    """The version of a domain's tool code: its tools.py and schema.py, with rows.py where it has one."""
-    package = f"tbx.domains.{domain}"
-    tools = importlib.import_module(f"{package}.tools")
-    rows = [importlib.import_module(f"{package}.rows")] if Path(tools.__file__).with_name("rows.py").is_file() else []
-    return source_hash(tools, importlib.import_module(f"{package}.schema"), *rows)
-
-
-@cache
-def grader_hash() -> str:
-    from tbx.backend import state
-    from tbx.grading import diff, verdict
-
-    return source_hash(diff, verdict, state)
-
-
 class _Transcript:
     """The conversation plus the counters the episode reports."""
 
-    def __init__(self, system: str, opening: str):
-        self.messages: list[Message] = [Message("system", system), Message("user", opening)]
+    def __init__(self, system: str):
+        self.messages: list[Message] = [Message("system", system)]
         self.usage = {"agent": Usage(), "user": Usage(), "judge": Usage()}
         self.counts = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "malformed_calls": 0}
         self.user_end = ""  # why the user ended it: completed | cannot_help | patience | user
@@ -89,7 +67,20 @@ async def _agent_turn(agent, log: _Transcript, schemas, turn_timeout_s: float | 
         raise InfraError(f"policy failed: {exc!r}") from exc
 
 
-async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,
+async def _open_talk(user, log: _Transcript, timeout_s: float | None) -> None:
+    """The conversation's first messages after the system prompt: the user's opening (after the agent's fixed
+    greeting where the user's simulator answers one, as τ²-bench's does)."""
+    try:
+        opening = await bounded(user.start(), timeout_s, UserSimError, "the user simulator")
+    except UserSimError:
+        raise
+    except Exception as exc:
+        raise UserSimError(f"user simulator failed: {exc!r}") from exc
+    log.usage["user"] += opening.usage
+    log.messages.extend(opening.messages)
+
+
+async def _converse(runtime: Runtime, tools, agent, user, log: _Transcript,
                     limits: EpisodeLimits) -> str:
     """Run the dialogue; return what ended it (user_stop | turn_limit | agent_left | an `AgentFault` reason)."""
     task_limit = runtime.task.turn_limit
@@ -130,7 +121,7 @@ async def _converse(runtime: TaskRuntime, tools, agent, user, log: _Transcript,
     return "turn_limit"
 
 
-async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, timeout_s: float | None):
+async def _judge(runtime: Runtime, judge: Judge | None, log: _Transcript, timeout_s: float | None):
     rules = runtime.task.checks.judge
     if not rules or judge is None:
         return None
@@ -148,41 +139,34 @@ async def _judge(runtime: TaskRuntime, judge: Judge | None, log: _Transcript, ti
     return verdicts
 
 
-async def _final_state(runtime: TaskRuntime, backend: Backend, db, chaos: EpisodeFaults,
-                       timeout_s: float | None) -> State:
-    """The terminal state, dumped through the grader's own connection (off the event loop, bounded): the
-    tables the database's change log names; the others are still the task's initial state."""
-    reader = backend.open_reader(db)
+async def _final_state(state: EpisodeState, chaos: EpisodeFaults, timeout_s: float | None) -> State:
+    """The terminal state, read off the event loop within `timeout_s` (a SQL state through the grader's own
+    connection)."""
     try:
         await chaos.connect(timeout_s)
-        return await bounded(off_loop(dump_state, reader, runtime.domain.metadata, runtime.initial), timeout_s,
-                             InfraError, "the terminal-state dump")
+        return await bounded(off_loop(state.terminal), timeout_s, InfraError, "the terminal-state dump")
     except Exception as exc:
         raise InfraError(f"could not read the terminal state: {exc}") from exc
-    finally:
-        reader.dispose()
 
 
-async def _verdict(runtime: TaskRuntime, final: State, judge: Judge | None, log: _Transcript,
-                   timeout_s: float | None) -> tuple[Outcome, str, Grade]:
+async def _verdict(runtime: Runtime, state: EpisodeState, final: State, judge: Judge | None, log: _Transcript,
+                   ended_by: str, timeout_s: float | None) -> tuple[Outcome, str, Grade]:
     verdicts = await _judge(runtime, judge, log, timeout_s)
-    task = runtime.task
-    result = grade_state(runtime.initial, final, runtime.expected, runtime.volatile, task.checks.loose,
-                         task.checks.judge, verdicts)
+    result = state.grade(final, log.messages, verdicts, ended_by)
     outcome = Outcome.EXCLUDED if result.passed is None else Outcome.SUCCESS if result.passed else Outcome.FAILURE
     cause = f"{log.ending}; {result.explain()}" if log.ending else result.explain()
     return outcome, cause, result
 
 
-async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript, limits: EpisodeLimits,
+async def _conversation(runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript, limits: EpisodeLimits,
                         chaos: EpisodeFaults, sessions: ToolSessions | None, timings: dict[str, float]) -> str:
     """The task's tools served on the episode's database, and the dialogue over them; what ended it."""
     task, infra, began = runtime.task, InfraLog(), time.perf_counter()
     if sessions is None:
-        opened = open_tool_session(build_server(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate()),
+        opened = open_tool_session(build_server(task.domain, runtime.tools, state.target, infra, chaos.tool_gate()),
                                    infra, limits.call_timeout_s)
     else:
-        opened = sessions.session(task.domain, runtime.tools, db.engine, infra, chaos.tool_gate(),
+        opened = sessions.session(task.domain, runtime.tools, state.target, infra, chaos.tool_gate(),
                                   limits.call_timeout_s)
     async with opened as tools:
         timings["session"] = time.perf_counter() - began
@@ -191,12 +175,11 @@ async def _conversation(runtime: TaskRuntime, db, agent, user, log: _Transcript,
     return ended_by
 
 
-async def _clone(runtime: TaskRuntime, backend: Backend, chaos: EpisodeFaults, call_timeout_s: float) -> Any:
-    """The episode's own database: a clone of the task's template, within `call_timeout_s`."""
+async def _clone(runtime: Runtime, backend: Backend, chaos: EpisodeFaults, call_timeout_s: float) -> EpisodeState:
+    """The episode's own state (a clone of the task's template database), within `call_timeout_s`."""
     try:
         await chaos.connect(call_timeout_s)
-        return await bounded(off_loop(backend.clone, runtime.template), call_timeout_s, InfraError,
-                             "the database server")
+        return await bounded(off_loop(runtime.open, backend), call_timeout_s, InfraError, "the database server")
     except Exception as exc:
         raise InfraError(f"could not clone the task database: {exc}") from exc
 
@@ -214,7 +197,7 @@ async def _within_episode_timeout(conversation: Coroutine[Any, Any, str], episod
                          "(eval.episode_timeout_s)") from None
 
 
-async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, user_sim: UserSimulator,
+async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_sim: UserSimulator,
                       judge: Judge | None, attempt: int, seed: int, limits: EpisodeLimits, *,
                       faults: FaultsConfig | None = None, fault_seed: int | None = None,
                       sessions: ToolSessions | None = None) -> EpisodeResult:
@@ -229,21 +212,22 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
     start = time.perf_counter()
     chaos = EpisodeFaults(faults, seed if fault_seed is None else fault_seed)
     user, judge = chaos.user(user_sim.session(task.user, seed)), chaos.judge(judge)
-    log = _Transcript(task.policy, user.opening())
+    log = _Transcript(task.policy)
     outcome, cause, ended_by, grade, delta = Outcome.INFRA_ERROR, "", "error", None, None
-    db = None
+    state = None
     call_timeout_s = limits.call_timeout_s
     try:
-        db = await _clone(runtime, backend, chaos, call_timeout_s)
+        state = await _clone(runtime, backend, chaos, call_timeout_s)
         timings["clone"] = time.perf_counter() - start
+        await _open_talk(user, log, call_timeout_s)
         agent = policy.agent(EpisodeContext(task, attempt, seed))
         ended_by = await _within_episode_timeout(
-            _conversation(runtime, db, agent, user, log, limits, chaos, sessions, timings), limits.episode_timeout_s)
+            _conversation(runtime, state, agent, user, log, limits, chaos, sessions, timings), limits.episode_timeout_s)
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
-        final = await _final_state(runtime, backend, db, chaos, call_timeout_s)
-        delta = state_delta(runtime.initial, final)
-        outcome, cause, grade = await _verdict(runtime, final, judge, log, call_timeout_s)
+        final = await _final_state(state, chaos, call_timeout_s)
+        delta = state.delta(final)
+        outcome, cause, grade = await _verdict(runtime, state, final, judge, log, ended_by, call_timeout_s)
         if ended_by == "agent_left":  # the state is graded for the record; the verdict is that it left
             outcome, cause = Outcome.ABANDONED, f"the agent left before the user ended the conversation ({cause})"
         timings["grade"] = time.perf_counter() - mark
@@ -254,15 +238,14 @@ async def run_episode(runtime: TaskRuntime, backend: Backend, policy: Policy, us
     except VerifierError as exc:
         outcome, cause = Outcome.VERIFIER_ERROR, str(exc)
     finally:
-        if db is not None:
-            backend.drop(db)
+        if state is not None:
+            state.close()
     timings["total"] = time.perf_counter() - start
     return EpisodeResult(
         task_id=task.id, domain=task.domain, family=task.family, attempt=attempt, seed=seed,
         outcome=outcome, cause=cause, transcript=tuple(log.messages), usage=log.usage, counts=log.counts,
         final_delta=delta, grade=grade,
-        hashes={"task": task.content_hash, "tools": tools_hash(task.domain), "grader": grader_hash(),
-                "initial_state": runtime.initial_hash},
+        hashes={"task": task.content_hash} | runtime.versions,
         timings=timings, ended_by=ended_by,
         extra={"policy": getattr(policy, "name", ""), "user": getattr(user_sim, "name", "")}
         | ({"user_end": log.user_end} if log.user_end else {}) | ({"faults": chaos.events} if chaos.events else {}),

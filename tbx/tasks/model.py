@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Split = Literal["bench", "train"]
+Split = Literal["bench", "train", "test"]  # test: τ²-bench's test split (tbx/tau2)
 ChangeOp = Literal["insert", "update", "delete"]
 # What sort of value a private fact is; it decides which requests name it ("when" asks for a date).
 FACT_KINDS = ("identifier", "date", "name", "amount", "hours", "time", "email", "phone", "address", "postal",
@@ -29,11 +29,23 @@ class PrivateFact:
 
 
 @dataclass(frozen=True)
+class Simulation:
+    """How another benchmark's own user simulator plays a scenario (τ²-bench, tbx/tau2/user.py): the LLM user
+    gets exactly this system prompt, answers the agent's fixed first message, ends the talk at any of the
+    stop tokens, and is not held to tbx's private-fact contract (its scenarios hold no private facts)."""
+
+    system_prompt: str
+    agent_greeting: str  # the agent's first message, which the user answers to open the talk
+    stop_tokens: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class UserScenario:
     persona: str
     instructions: str  # the user's goal, in the user's words; never shown to the agent
     private_facts: dict[str, PrivateFact]
     opening_message: str
+    simulation: Simulation | None = None  # None: tbx's own users (scripted, or the audited LLM user)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Literal
 
@@ -26,6 +26,11 @@ class ToolSpec:
     kind: ToolKind
     fn: Callable[..., Any]
     free_args: tuple[str, ...]  # free-text arguments (notes, reasons) the checks do not compare
+    # A tool of another episode state (τ²-bench's, tbx/tau2): `runner(target, arguments)` runs the call and
+    # returns its ToolResult in place of `fn` in a transaction (tbx.tools.runtime.invoke), and `schema` is the
+    # argument schema its own declaration gives (None: the one `fn`'s type hints give)
+    runner: Callable[[Any, dict[str, Any]], Any] | None = field(default=None, compare=False)
+    schema: dict[str, Any] | None = field(default=None, compare=False, hash=False)
 
     @property
     def description(self) -> str:

@@ -110,7 +110,10 @@ def _prototype(spec: ToolSpec) -> Tool:
     annotations = ToolAnnotations(read_only_hint=spec.kind == "read", destructive_hint=spec.kind == "write")
     typed = Tool.from_function(_bind(spec, Binding(None, InfraLog())), name=spec.name, description=spec.description,
                                annotations=annotations, structured_output=False)
-    return typed.model_copy(update={"fn_metadata": _PASS_THROUGH})  # the schema stays the typed one
+    update: dict[str, Any] = {"fn_metadata": _PASS_THROUGH}  # the schema stays the typed one
+    if spec.schema is not None:  # or the one the tool's own declaration gives (tbx/tau2)
+        update["parameters"] = spec.schema
+    return typed.model_copy(update=update)
 
 
 def _server(name: str, specs: Iterable[ToolSpec], binding: Binding) -> MCPServer:

@@ -59,7 +59,13 @@ def _error(message: str) -> ToolResult:
 
 
 def invoke(spec: ToolSpec, engine: Engine, arguments: dict[str, Any]) -> ToolResult:
-    """Check `arguments` against `spec`'s signature, then run it in one transaction on `engine`."""
+    """Check `arguments` against `spec`'s signature, then run it in one transaction on `engine`; a tool with
+    its own runner (another kind of episode state) is run by it on `engine`, that state's target."""
+    if spec.runner is not None:
+        try:
+            return spec.runner(engine, arguments)
+        except Exception as exc:
+            raise InfraError(f"tool {spec.name} crashed: {exc!r}") from exc
     try:
         kwargs = validate_arguments(spec, arguments)
     except ToolFailure as exc:

@@ -28,10 +28,23 @@ class UserTurn:
             object.__setattr__(self, "done", True)
 
 
+@dataclass(frozen=True)
+class Opening:
+    """The conversation's first messages after the agent's system prompt, and what making them cost."""
+
+    messages: tuple[Message, ...]
+    usage: Usage = field(default_factory=Usage)
+
+
 class UserSession(ABC):
     @abstractmethod
     def opening(self) -> str:
         """The user's first message (the scenario's opening message)."""
+
+    async def start(self) -> Opening:
+        """The conversation's first messages: the user's opening, or, for a simulator that answers the agent's
+        fixed greeting (τ²-bench's), the greeting and the user's answer."""
+        return Opening((Message("user", self.opening()),))
 
     @abstractmethod
     async def reply(self, conversation: Sequence[Message]) -> UserTurn:

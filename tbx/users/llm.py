@@ -35,8 +35,8 @@ from tbx.errors import InfraError, UserSimError
 from tbx.llm.client import ChatClient
 from tbx.llm.parsing import parse_openai_message  # strips reasoning the same way as for agents
 from tbx.messages import Message
-from tbx.tasks.model import UserScenario
-from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
+from tbx.tasks.model import Simulation, UserScenario
+from tbx.users.base import STOP, Opening, UserSession, UserSimulator, UserTurn
 from tbx.users.facts import reader_for
 from tbx.users.reading import ending_of, read_sentences
 
@@ -180,15 +180,42 @@ def _known_tokens(scenario: UserScenario, visible: Sequence[str]) -> set[str]:
     return {_normalize(raw) for text in texts for raw in _TOKEN.findall(_THOUSANDS.sub("", text))}
 
 
+def _simulated_turn(simulation: Simulation, raw: str, usage) -> UserTurn:
+    """A turn of another benchmark's simulator (τ²-bench): it ends the talk at any of its stop tokens, which are
+    removed from the text the agent reads; it is not held to tbx's private-fact contract (no private facts)."""
+    tokens = [token for token in simulation.stop_tokens if token in raw]
+    text = raw
+    for token in simulation.stop_tokens:
+        text = text.replace(token, " ")
+    text = " ".join(text.split())
+    if not text and not tokens:
+        raise UserSimError("user simulator returned an empty message")
+    reason = tokens[0].strip("#").lower().replace("-", "_") if tokens else ""
+    return UserTurn(text, bool(tokens), usage=usage, reason=reason)
+
+
 class LLMUserSession(UserSession):
     def __init__(self, client: ChatClient, scenario: UserScenario, seed: int):
         self.client = client
         self.scenario = scenario
         self.seed = seed
-        self.system_prompt = build_user_prompt(scenario)
+        simulation = scenario.simulation
+        self.system_prompt = simulation.system_prompt if simulation else build_user_prompt(scenario)
 
     def opening(self) -> str:
         return self.scenario.opening_message
+
+    async def start(self) -> Opening:
+        """tbx's scenarios open with their opening message; a simulated benchmark's user answers the agent's fixed
+        greeting first, as τ²-bench's orchestrator has it."""
+        simulation = self.scenario.simulation
+        if simulation is None:
+            return await super().start()
+        greeting = Message("assistant", simulation.agent_greeting)
+        turn = await self.reply([Message("system", ""), greeting])
+        if turn.done:
+            raise UserSimError(f"user simulator ended the conversation in its first message: {turn.text[:200]!r}")
+        return Opening((greeting, Message("user", turn.text)), turn.usage)
 
     async def reply(self, conversation: Sequence[Message]) -> UserTurn:
         try:
@@ -196,6 +223,8 @@ class LLMUserSession(UserSession):
         except InfraError as error:
             raise UserSimError(f"user simulator endpoint failed: {error}") from error
         raw = parse_openai_message(result.message).content or ""
+        if self.scenario.simulation is not None:
+            return _simulated_turn(self.scenario.simulation, raw, result.usage)
         done = STOP in raw
         text = raw.replace(STOP, "").strip()
         if not text and not done:

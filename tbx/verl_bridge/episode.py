@@ -38,7 +38,7 @@ from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.preemption import run_loop
 from tbx.tasks.model import Task, UserScenario
 from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
-from tbx.users.base import UserSession, UserSimulator, UserTurn
+from tbx.users.base import Opening, UserSession, UserSimulator, UserTurn
 from tbx.verl_bridge.token_agent import PromptRenderer, TokenAgent, TokenTrace
 
 
@@ -103,6 +103,9 @@ class _BudgetSession(UserSession):
 
     def opening(self) -> str:
         return self.inner.opening()
+
+    async def start(self) -> Opening:
+        return await self.inner.start()
 
     async def reply(self, conversation: Sequence[Message]) -> UserTurn:
         if self.trace.exhausted:
