@@ -19,16 +19,17 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from tbx.backend import Backend, EpisodeDatabase, State, dump_state
-from tbx.backend.state import CHANGE_LOG, state_delta, state_hash
+from tbx.backend.state import CHANGE_LOG, apply_delta, state_delta, state_hash
 from tbx.config import TasksConfig
 from tbx.domains import Domain, domain_names, get_domain
 from tbx.errors import ConfigError, InfraError, TaskFormatError
-from tbx.grading import derive_expected, diff_states, grade_state
+from tbx.grading import derive_expected, diff_states, grade_state, same_changes
 from tbx.messages import Message
-from tbx.records import Grade, JudgeVerdict, PoolManifest
+from tbx.records import EpisodeResult, Grade, JudgeVerdict, PoolManifest
 from tbx.tasks.files import task_files
 from tbx.tasks.loader import load_task, read_task_file
 from tbx.tasks.model import ExpectedChange, Task
+from tbx.tasks.mutations import Mutation, mutate
 from tbx.tau2 import is_tau2
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
@@ -109,6 +110,17 @@ class TaskRuntime:
     def versions(self) -> dict[str, str]:
         return {"tools": tools_hash(self.task.domain), "grader": grader_hash(), "initial_state": self.initial_hash}
 
+    def gate_mutations(self) -> list[Mutation]:
+        """The admission gate's single-fault mutations of the reference (stage=validate)."""
+        return mutate(self.task.reference, {spec.name: spec for spec in self.domain.tools}, self.domain.distractors)
+
+    def is_equivalent(self, mutation: EpisodeResult, oracle: EpisodeResult) -> bool:
+        """Whether a passing mutation left exactly the reference's changes (`same_changes`)."""
+        if mutation.final_delta is None or oracle.final_delta is None:
+            return False
+        initial = self.initial
+        return same_changes(initial, apply_delta(initial, mutation.final_delta), apply_delta(initial, oracle.final_delta))
+
     def to_json(self) -> dict:
         """The task as run (content, initial state, expected changes): its line of a run's tasks.jsonl."""
         return {"task": self.task.raw, "source": self.task.source, "initial": self.initial,
@@ -140,7 +152,7 @@ def task_items(cfg: TasksConfig) -> list[tuple[object, str]]:
         raise TaskFormatError("conf/tasks", "tasks.domains", "no domain and no path given",
                               "pick a task set (tasks=travel) or give tasks.path=FILE_OR_DIR")
     items: list[tuple[object, str]] = []
-    for name in (name for name in cfg.domains if not is_tau2(name)):  # τ² sources: `_tau2_tasks`
+    for name in (name for name in cfg.domains if not is_tau2(name)):  # τ² sources: `tau2_task_list`
         for i, data in enumerate(get_domain(name).generate_tasks(cfg.seed)):
             items.append((data, f"tbx/domains/{name}/tasks.py#{i}"))
     if cfg.path:
@@ -181,7 +193,7 @@ def select_tasks(tasks: list[Task], cfg: TasksConfig) -> list[Task]:
     return tasks
 
 
-def _tau2_tasks(cfg: TasksConfig) -> list[Task]:
+def tau2_task_list(cfg: TasksConfig) -> list[Task]:
     """The τ²-bench tasks of the sources `cfg.domains` names, in `cfg.split` (base: all)."""
     from tbx.tau2.tasks import tau2_tasks
 
@@ -190,7 +202,7 @@ def _tau2_tasks(cfg: TasksConfig) -> list[Task]:
 
 def resolve_tasks(cfg: TasksConfig) -> list[Task]:
     """The validated, filtered task list of a `tasks` config."""
-    tasks = select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)] + _tau2_tasks(cfg),
+    tasks = select_tasks([load_domain_task(data, source) for data, source in task_items(cfg)] + tau2_task_list(cfg),
                          cfg)
     return keep_pool(tasks, cfg.pool) if cfg.pool else tasks
 

@@ -2,7 +2,8 @@
 re-running any episode (peer-benchmarks §5.8: versioned, re-gradable results).
 
 Each stored episode holds the tables that changed; the run folder holds each task's initial state
-and expected changes. Grading them again with the current grader shows whether every verdict
+and expected changes. A τ²-bench episode is graded again by τ²'s own evaluator, which replays the stored
+transcript's tool calls on a new environment and the task's gold actions on another (tbx/tau2/grading.py). Grading them again with the current grader shows whether every verdict
 is reproduced; a grader change that flips verdicts is listed episode by episode.
 """
 
@@ -36,7 +37,12 @@ def _load_runtimes(run_dir: Path) -> dict[str, dict[str, Any]]:
 
 
 def regrade_record(record: StoredTry, runtime: dict[str, Any]) -> Outcome:
-    """The outcome the current grader gives a stored episode."""
+    """The outcome the current grader gives a stored episode (a τ²-bench episode: τ²'s own evaluator, replaying
+    the stored transcript)."""
+    if runtime.get("kind") == "tau2":
+        from tbx.tau2.grading import regrade_transcript
+
+        return Outcome.SUCCESS if regrade_transcript(runtime["task"], record) == 1.0 else Outcome.FAILURE
     task = load_task(runtime["task"], runtime["source"], policy_text="(stored)")
     initial = runtime["initial"]
     final = apply_delta(initial, record.final_delta)

@@ -2,7 +2,8 @@
 
 A task is admitted when it loads (schema), its reference solution passes, the null agent fails,
 and every single-fault mutation of its reference (a write dropped, a value wrong, one extra
-write elsewhere) fails. τ²-bench shipped 22 of 50 airline tasks that a do-nothing agent passes
+write elsewhere) fails. On τ²-bench's tasks the gate reports which tasks it would refuse and why
+(a do-nothing agent passes them: airline 19 of 50, retail 7 of 114); their splits keep them. τ²-bench shipped 22 of 50 airline tasks that a do-nothing agent passes
 (peer-benchmarks §5.2); this gate keeps such tasks out. A mutation that leaves exactly the
 reference's changes (dropping a verification that failed and so wrote nothing) is equivalent:
 counted apart, not a miss. Run it on your own files too:
@@ -23,22 +24,20 @@ from dataclasses import dataclass, field, replace
 from tqdm import tqdm
 
 from tbx.backend import Backend
-from tbx.backend.state import apply_delta
 from tbx.campaign.components import build_backend, build_judge
 from tbx.campaign.workers import map_shares, share_processes
-from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items
+from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items, tau2_task_list
 from tbx.config import Config
 from tbx.durable import write_text
-from tbx.episodes import EpisodeLimits, EpisodeResult, Outcome, episode_limits, run_episode
+from tbx.episodes import EpisodeLimits, Outcome, episode_limits, run_episode
 from tbx.errors import TaskFormatError
-from tbx.grading import same_changes
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.preemption import run_loop
 from tbx.stage_results import FamilyGate, Rejection, ValidateResult
 from tbx.tasks.model import Step
-from tbx.tasks.mutations import mutate
+from tbx.tau2 import is_tau2
 from tbx.users.scripted import ScriptedUser
 
 GATE_TASKS_PER_WORKER = 16  # each task is a dozen episodes or more: a worker's start-up pays off sooner
@@ -80,26 +79,17 @@ async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None
     null = await run_episode(runtime, backend, NullPolicy(), user, judge, 0, 0, limits)
     if null.outcome is not Outcome.FAILURE:
         verdict.reasons.append(f"the null agent is not failed ({null.outcome.value})")
-    tools = {spec.name: spec for spec in runtime.domain.tools}
-    mutations = mutate(task.reference, tools, runtime.domain.distractors)
+    mutations = runtime.gate_mutations()
     verdict.mutations = len(mutations)
-    if not any(m.kind == "extra_write" for m in mutations):
+    if not any(m.kind in ("extra_write", "tau2") for m in mutations) and not is_tau2(task.domain):
         verdict.reasons.append("no extra-write mutation possible: give the domain a distractor write")
     for mutation in mutations:
         result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0, limits)
-        if result.outcome is Outcome.SUCCESS and is_equivalent(runtime, result, oracle):
+        if result.outcome is Outcome.SUCCESS and runtime.is_equivalent(result, oracle):
             verdict.equivalent += 1
         elif result.outcome is not Outcome.FAILURE:
             verdict.reasons.append(f"mutation passes ({mutation.description}): the checks miss this fault")
     return verdict
-
-
-def is_equivalent(runtime: TaskRuntime, mutation: EpisodeResult, oracle: EpisodeResult) -> bool:
-    """Whether a passing mutation left exactly the reference's changes (`same_changes`)."""
-    if mutation.final_delta is None or oracle.final_delta is None:
-        return False
-    initial = runtime.initial
-    return same_changes(initial, apply_delta(initial, mutation.final_delta), apply_delta(initial, oracle.final_delta))
 
 
 def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
@@ -117,7 +107,7 @@ def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
             task_id = data.get("id", source) if isinstance(data, dict) else source
             family = data.get("family", "(unknown)") if isinstance(data, dict) else "(unknown)"
             verdicts.append(TaskVerdict(str(task_id), str(family), source, [str(exc)]))
-    return select_tasks(tasks, cfg.tasks)
+    return select_tasks(tasks + tau2_task_list(cfg.tasks), cfg.tasks)
 
 
 async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict], show: bool = True) -> None:

@@ -176,3 +176,13 @@ def evaluate_transcript(record: Any, domain_name: str, transcript: Sequence[Mess
         else:
             raise ValueError(f"τ² reward basis {basis} is not graded by tbx (airline and retail use DB, COMMUNICATE)")
     return reward
+
+
+def regrade_transcript(task_json: dict[str, Any], stored: Any) -> float:
+    """τ²'s reward for a stored episode (`stage=regrade`), from the τ² record the run played (tasks.jsonl)."""
+    from tau2.data_model.tasks import Task as Tau2Task
+
+    from tbx.tau2 import SOURCES
+
+    record = Tau2Task.model_validate(task_json["tau2"])
+    return evaluate_transcript(record, SOURCES[stored.domain], stored.transcript, stored.ended_by)

@@ -18,11 +18,13 @@ from typing import Any
 
 from tbx.backend.state import State, state_delta
 from tbx.messages import Message
-from tbx.records import Grade, JudgeVerdict
-from tbx.tasks.model import Task
+from tbx.records import EpisodeResult, Grade, JudgeVerdict
+from tbx.tasks.model import Step, Task
+from tbx.tasks.mutations import Mutation
 from tbx.tau2 import SOURCES, VERSION
 from tbx.tau2.environment import Tau2Domain, call_tool, collections, entry_json, tau2_domain
 from tbx.tau2.grading import GoldState, gold_state, grade, pseudo_rows
+from tbx.tau2.mutations import argument_values, mutants
 from tbx.tau2.tasks import tau2_record
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import ToolResult
@@ -75,6 +77,13 @@ def _versions(domain_name: str) -> dict[str, str]:
             "initial_state": f"tau2-{VERSION}-{domain_name}-{document}"}
 
 
+@cache
+def _argument_values(source: str) -> dict[tuple[str, str], list[Any]]:
+    from tbx.tau2.tasks import tau2_tasks
+
+    return argument_values(tau2_record(task.id) for task in tau2_tasks(source, "base"))
+
+
 @dataclass
 class Tau2Episode:
     """One episode's τ² environment (taken from the domain's idle ones, put back by `close`)."""
@@ -121,6 +130,18 @@ class Tau2Runtime:
     @property
     def initial_hash(self) -> str:
         return self.versions["initial_state"]
+
+    def gate_mutations(self) -> list[Mutation]:
+        """τ²'s single-fault mutations of the gold writes (tbx.tau2.mutations), each then the gold's message."""
+        writes = {spec.name for spec in self.tools if spec.kind == "write"}
+        said = tuple(step for step in self.task.reference if step.tool is None)
+        return [Mutation("tau2", mutant.label, tuple(Step(tool=name, arguments=arguments) for name, arguments
+                                                     in mutant.calls) + said)
+                for mutant in mutants(self.record, writes, _argument_values(self.task.domain))]
+
+    def is_equivalent(self, mutation: EpisodeResult, oracle: EpisodeResult) -> bool:
+        """A mutation τ² passes left the gold actions' database: equivalent by τ²'s own verdict."""
+        return mutation.outcome is oracle.outcome
 
     def to_json(self) -> dict:
         """Its line of a run's tasks.jsonl: the task as run (τ²'s record is in `task.tau2`); the initial state is

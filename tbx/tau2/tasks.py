@@ -48,7 +48,7 @@ def _scenario(record: Any) -> UserScenario:
 
 
 def _convert(source: str, record: Any, split: str, policy: str) -> Task:
-    raw = {"tau2": record.model_dump(mode="json"), "split": split, "package": VERSION}
+    raw = {"id": task_id(source, record.id), "tau2": record.model_dump(mode="json"), "split": split, "package": VERSION}
     return Task(id=task_id(source, record.id), domain=source, split=split, family=SOURCES[source], policy=policy,
                 user=_scenario(record), seed_rows={}, tools=(), reference=_reference(record),
                 checks=Checks(expected=None), turn_limit=TURN_LIMIT,
