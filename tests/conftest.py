@@ -114,7 +114,8 @@ def smollm2_vllm(smollm2_directory: Path, tmp_path_factory: pytest.TempPathFacto
     _require_vllm()
     version = folder_version("smollm2_135m", smollm2_directory)
     served = serving_folder(smollm2_directory, resolve_config_path(ModelConfig().cache_dir) / "served", version)
-    with vllm_server("smollm2_135m", served, tmp_path_factory.mktemp("vllm")) as server:
+    # the window conf/model/smollm2_135m.yaml gives (a τ² policy with its tools is ~2,700 tokens)
+    with vllm_server("smollm2_135m", served, tmp_path_factory.mktemp("vllm"), context_length=4096) as server:
         yield server
 
 

@@ -15,6 +15,7 @@ import asyncio
 import pytest
 from sqlalchemy import select, update
 
+import tbx.catalog as sql_state  # the SQL episode state's terminal read (SqlEpisode.terminal)
 import tbx.episodes.run as episode_run
 from tbx.catalog import prepare_task
 from tbx.domains import get_domain
@@ -42,7 +43,7 @@ def test_a_write_left_open_on_the_tools_connection_does_not_reach_the_verdict(ba
     runtime = prepare_task(nickname_task(), backend)
     assert [(c.op, c.table, c.values) for c in runtime.expected] == [("update", "accounts", {"nickname": "savings"})]
     held, seen = {}, {}
-    real_build, real_dump = episode_run.build_server, episode_run.dump_state
+    real_build, real_dump = episode_run.build_server, sql_state.dump_state
 
     def build_server(name, specs, engine, *rest, **options):
         conn = engine.connect()  # the tools' engine: on SQLite, the very connection every tool call uses
@@ -63,7 +64,7 @@ def test_a_write_left_open_on_the_tools_connection_does_not_reach_the_verdict(ba
             conn.close()
 
     monkeypatch.setattr(episode_run, "build_server", build_server)
-    monkeypatch.setattr(episode_run, "dump_state", dump_state)
+    monkeypatch.setattr(sql_state, "dump_state", dump_state)
     result = play(runtime, backend, NullPolicy())
     assert seen["tools"] == "savings"  # the tools' connection sees the write either way
     if commit:
@@ -81,7 +82,7 @@ def test_the_grader_engine_is_opened_after_the_tools_and_never_used_by_them(back
 
     runtime = prepare_task(nickname_task(), backend)
     events: list[tuple[str, object]] = []
-    real_build, real_dump, real_invoke = episode_run.build_server, episode_run.dump_state, mcp_server.invoke
+    real_build, real_dump, real_invoke = episode_run.build_server, sql_state.dump_state, mcp_server.invoke
     real_reader = type(backend).open_reader
 
     def build_server(name, specs, engine, *rest, **options):
@@ -104,7 +105,7 @@ def test_the_grader_engine_is_opened_after_the_tools_and_never_used_by_them(back
     monkeypatch.setattr(episode_run, "build_server", build_server)
     monkeypatch.setattr(mcp_server, "invoke", invoke)
     monkeypatch.setattr(type(backend), "open_reader", open_reader)
-    monkeypatch.setattr(episode_run, "dump_state", dump_state)
+    monkeypatch.setattr(sql_state, "dump_state", dump_state)
     result = play(runtime, backend, OraclePolicy())
     assert result.outcome is Outcome.SUCCESS, result.cause
     kinds = [kind for kind, _ in events]
