@@ -91,10 +91,10 @@ def measure(rows: Iterable[Played]) -> Figures:
 
 
 def corpus_lines(corpus: dict) -> list[tuple[str, str]]:
-    """(domain/family, line) of a corpus file: `asks` and `decoys` map a family to lines, or (the
-    phrasing corpus) `asks` and `held_out` map it to styles of lines."""
+    """(domain/family, line) of a corpus file: `asks`, `held_out`, `decoys` and `held_out_decoys` map a
+    family to lines, or (the phrasing corpus) to styles of lines."""
     out = []
-    for batch in ("asks", "held_out", "decoys"):
+    for batch in ("asks", "held_out", "decoys", "held_out_decoys"):
         for key, lines in (corpus.get(batch) or {}).items():
             styled = lines.values() if isinstance(lines, dict) else [lines]
             out += [(key, line) for group in styled for line in group]

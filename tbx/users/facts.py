@@ -23,22 +23,25 @@ from dataclasses import dataclass
 
 from tbx.tasks.model import UserScenario
 from tbx.users import lexicon as lx
-from tbx.users.phrases import Term, phrase_table, stem
+from tbx.users.phrases import (
+    FILLERS,
+    UNIQUE_KINDS,
+    Term,
+    about_other,
+    clause_of,
+    counts,
+    of_other,
+    phrase_table,
+    qualified,
+    stem,
+    unknown,
+)
 from tbx.users.profiles import FactProfile, profile_fact, tokenize
 from tbx.users.reading import Sentence, normalize
 
 _NAME_OWNER = re.compile(r"\b([A-Z][a-z]+)['\u2019]s\b|\b(?:to|for) ([A-Z][a-z]+)\b")
 _POSSESSOR = re.compile(r"\b([a-z]+)'s\b")
 _NOT_POSSESSORS = frozenset({"let", "it", "that", "there", "here", "what", "who", "he", "she", "where", "how"})
-_QUANTITY = frozenset({"number", "numbers", "no", "#"})  # "number of hours": a count, not an identifier
-_AUXILIARIES = frozenset({"is", "are", "was", "were", "does", "do", "did", "will", "would", "should", "can"})
-_DETERMINERS = frozenset({"your", "the", "their", "his", "her", "a", "an", "this", "that", "our", "my"})
-# a bare cue of these kinds ("your email?") may pick the only fact of the kind; a bare "when" or "how
-# much" may not (it is as often about the goal as about a fact)
-UNIQUE_KINDS = frozenset({"identifier", "email", "phone", "postal", "name", "address"})
-FILLERS = frozenset({"new", "current", "old", "full", "preferred", "updated", "own", "valid", "best", "exact",
-                     "complete", "primary", "registered", "17", "character", "digit", "correct", "right",
-                     "personal", "main", "usual", "contact", "good", "latest"})
 PERSONAL_KINDS = frozenset({"name", "email", "phone", "address", "postal"})  # a person's own details
 _REQUEST_YOU = frozenset({"could", "can", "would", "will", "do", "does", "did", "may", "might", "should", "if",
                           "thank", "thanks", "help", "assist", "let", "see", "that", "as", "are"})
@@ -70,7 +73,10 @@ class FactReader:
         self.profiles = {name: profile_fact(name, fact) for name, fact in scenario.private_facts.items()}
         self.table = phrase_table(self.profiles.values())
         self.longest = max((len(p) for p in self.table), default=1)
-        self.stems = {stem(p[0]): t for p, t in self.table.items() if len(p) == 1 and t.subject}
+        self.stems: dict[str, Term] = {}  # a word the table lacks reads as a known word of its stem
+        for phrase, entry in self.table.items():
+            if len(phrase) == 1 and entry.subject:
+                self.stems.setdefault(stem(phrase[0]), Term()).subject.update(entry.subject)
         told = re.findall(r"\b[A-Z][a-z]+\b", f"{scenario.opening_message} {scenario.instructions}")
         self.others = {w.lower() for w in told} - set(tokenize(normalize(scenario.persona))) - lx.STOPWORDS
         self.foreign = foreign_phrases(self.profiles.values())
@@ -115,28 +121,42 @@ class FactReader:
             if term is None:
                 continue
             out += [_Candidate(f, 3, s, frozenset({i}), None) for f in term.strong]
-            if not self._qualified(terms, i) and not self._about_other(terms, i):  # reads like a cue ("which date")
+            if not qualified(terms, i):  # a keyword of cue words only ("which date") reads like a cue
                 out += [_Candidate(f, 2, s, frozenset({i}), i, True, min(self.profiles[f].kinds, default=""))
-                        for f in term.keyword]
+                        for f in term.keyword if self._alone(terms, i, f)]
             for kind in term.cue | term.bound:
-                if kind == "identifier" and self._counts(terms, i):
+                if kind == "identifier" and counts(terms, i):
                     continue
                 attached, joint = self._attached(terms, i)
-                if kind not in term.bound and all(j > i for j in attached) and self._qualified(terms, i):
-                    continue  # "the PO number for this invoice" is the PO's number
+                if kind not in term.bound and qualified(terms, i) and (
+                        kind in lx.OWN_KINDS or all(j > i for j in attached)):
+                    continue  # "the PO number for this invoice", "your client account number": another's
                 if attached or kind in term.bound:
                     out += self._compound(terms, s, i, kind, attached, joint)
-                elif not self._qualified(terms, i):
-                    out += self._cued(terms, s, i, kind, self._clause(terms, i))
+                elif not qualified(terms, i) and not (kind in lx.OWN_KINDS and of_other(terms, i)):
+                    out += self._cued(terms, s, i, kind, clause_of(terms, i))
             if term.selector and i + 1 < len(terms) and terms[i + 1][1] is not None:
                 out += [_Candidate(f, 2, s, frozenset({i + 1}), i, kind="identifier")
                         for f in terms[i + 1][1].subject if "identifier" in self.profiles[f].kinds]
             for kind in term.question:
-                out += self._cued(terms, s, i, kind, range(i + 1, len(terms)), self._about_other(terms, i))
+                out += self._cued(terms, s, i, kind, range(i + 1, len(terms)), about_other(terms, i, {kind}))
             choices = [p.name for p in self.profiles.values() if "choice" in p.kinds]
             if term.alternative and question and len(choices) == 1:
                 out.append(_Candidate(choices[0], 2, s, frozenset({i}), None))
-        return out
+        elsewhere = {clause_of(terms, i).start for i, (_, t) in enumerate(terms)
+                     if t is not None and t.question and about_other(terms, i, t.question)}
+        return [c for c in out if c.score >= 3 or clause_of(terms, min(c.anchor)).start not in elsewhere]
+
+    def _alone(self, terms: list[tuple[str, Term | None]], i: int, fact: str) -> bool:
+        """A task keyword of cue words only ("how many hours") at `i` may stand for `fact` by itself: not
+        in a question about another thing, nor (for a kind a person has several of) beside words that name
+        another fact ("How many hours were billed on the invoice?")."""
+        kinds = self.profiles[fact].kinds
+        if about_other(terms, i, kinds):
+            return False
+        return kinds <= UNIQUE_KINDS or not any(
+            terms[j][1] is not None and terms[j][1].subject and fact not in terms[j][1].subject
+            for j in range(i + 1, len(terms)))
 
     def _attached(self, terms: list[tuple[str, Term | None]], i: int) -> tuple[list[int], bool]:
         """Positions of the subject words bound to the noun cue at `i`: the words right before it
@@ -147,7 +167,7 @@ class FactReader:
             return word in FILLERS or (term is not None and bool(term.subject or term.related or term.joint))
 
         run, j = [], i - 1
-        while j >= 0 and (joins(j) or (j == i - 1 and j and self._unknown(terms[j]) and joins(j - 1))):
+        while j >= 0 and (joins(j) or (j == i - 1 and j and unknown(terms[j]) and joins(j - 1))):
             run.append(j)  # one unknown word may stand between a subject and its cue ("new travel date")
             j -= 1
         k = i + 1
@@ -160,48 +180,6 @@ class FactReader:
         joint = bool(spots) and any(terms[j][1] is not None and terms[j][1].joint and min(spots) < j < max(spots)
                                     for j in run)
         return spots, joint
-
-    @staticmethod
-    def _counts(terms: list[tuple[str, Term | None]], i: int) -> bool:
-        """The identifier cue at `i` is a count: "the number of hours", "number of days"."""
-        k = i + 1
-        while k < len(terms) and terms[k][0] in ("of", "the", "your"):
-            k += 1
-        return (terms[i][0] in _QUANTITY and k > i + 1 and terms[i + 1][0] == "of" and k < len(terms)
-                and terms[k][1] is not None and bool(terms[k][1].cue) and not terms[k][1].names())
-
-    def _about_other(self, terms: list[tuple[str, Term | None]], i: int) -> bool:
-        """The question cue at `i` asks about a thing the user's facts do not name: "What time is your
-        meeting?", "How many hours does your team work?" (an auxiliary, a determiner, an unknown noun)."""
-        k = i + 1
-        if k < len(terms) and terms[k][0] in _AUXILIARIES:
-            k += 1
-        if k == i + 1 or k >= len(terms) or terms[k][0] not in _DETERMINERS:
-            return False
-        while k + 1 < len(terms) and terms[k + 1][0] in FILLERS:
-            k += 1
-        return k + 1 < len(terms) and self._unknown(terms[k + 1])
-
-    @staticmethod
-    def _unknown(entry: tuple[str, Term | None]) -> bool:
-        """A content word the lexicon and the task do not know."""
-        word, term = entry
-        return term is None and word.isalpha() and word not in lx.STOPWORDS and word not in FILLERS
-
-    def _qualified(self, terms: list[tuple[str, Term | None]], i: int) -> bool:
-        """The cue at `i` names something other than a fact's subject: a word the lexicon does not know
-        ("confirmation email", "PO number"), a thing of another kind ("time entry ID") or one that only
-        goes with a subject ("account number" beside a customer number)."""
-        j = i - 1
-        while j >= 0 and terms[j][0] in FILLERS:
-            j -= 1
-        if j < 0:
-            return False
-        before, cue = terms[j][1], terms[i][1]
-        if before is None:
-            return self._unknown(terms[j])
-        other_kind = bool(before.cue) and not before.names() and cue is not None and not before.cue & cue.cue
-        return other_kind or bool(before.related and not before.names())
 
     def _compound(self, terms: list[tuple[str, Term | None]], s: int, i: int, kind: str,
                   attached: list[int], joint: bool) -> list[_Candidate]:
@@ -224,20 +202,15 @@ class FactReader:
         facts = [p for p in self.profiles.values() if kind in p.kinds]
         found = [_Candidate(p.name, 2, s, frozenset({j}), i, kind=kind) for j in scope for p in facts
                  if terms[j][1] is not None and p.name in terms[j][1].about(kind)]
-        if found or elsewhere:
+        if elsewhere:
+            return []
+        if found:
             return found
+        others = {f for j in scope if terms[j][1] is not None for f in terms[j][1].subject}
+        if kind not in UNIQUE_KINDS and others - {p.name for p in facts}:
+            return []  # "How many hours were billed on the invoice?": about the invoice
         return [_Candidate(p.name, 1 if p.narrow else 2, s, frozenset({i}), i, True, kind)
                 for p in facts if not p.narrow or kind in UNIQUE_KINDS]
-
-    @staticmethod
-    def _clause(terms: list[tuple[str, Term | None]], i: int) -> range:
-        """The positions of the clause around `i` (between conjunctions and commas)."""
-        start, end = i, i + 1
-        while start > 0 and not (terms[start - 1][1] and terms[start - 1][1].joint):
-            start -= 1
-        while end < len(terms) and not (terms[end][1] and terms[end][1].joint):
-            end += 1
-        return range(start, end)
 
     def _names_foreign(self, row: list[tuple[str, Term | None]], clause: range,
                        phrases: frozenset[tuple[str, ...]] | None = None) -> bool:
@@ -270,8 +243,8 @@ class FactReader:
         if any(row[j][1] is not None and row[j][1].owner for j in anchor):
             return ""
         j = min(anchor) - 1
-        while j >= 0 and row[j][0] in FILLERS:
-            j -= 1
+        while j >= 0 and (row[j][0] in FILLERS or unknown(row[j])):
+            j -= 1  # "your savings account number": the modifiers of one noun phrase
         owner = row[j][1].owner if j >= 0 and row[j][1] is not None else ""
         if owner == "possessor" and j and row[j - 1][1] is not None and row[j - 1][1].owner == "third":
             return "third"  # "her bank's routing number": hers
@@ -284,6 +257,9 @@ class FactReader:
         fact alone: "the car's VIN")."""
         profile = self.profiles[candidate.fact]
         owner = self._adjacent_owner(row, candidate.anchor)
+        end = max(candidate.anchor | ({candidate.cue} if candidate.cue is not None else set())) + 1
+        if end < len(row) and row[end][0].startswith("you") and row[end][0] != "your":
+            owner = owner or "first"  # "the account number you'd like it taken from": the user's own
         if owner == "first":
             return profile.third_party
         if owner == "third":
@@ -298,7 +274,7 @@ class FactReader:
             return None
         if not any(p.third_party for p in self.profiles.values()):
             row = terms[candidate.sentence]
-            if self._names_foreign(row, self._clause(row, min(candidate.anchor)), self.somebody_else):
+            if self._names_foreign(row, clause_of(row, min(candidate.anchor)), self.somebody_else):
                 return None  # "the payee's account number": the user holds nobody else's facts
             return candidate
         third = self._owner(terms, candidate.sentence, candidate.anchor) == "third"
@@ -325,19 +301,19 @@ class FactReader:
                 taken.setdefault(spot, c.fact)
             found[c.fact] = min(found.get(c.fact, (c.sentence, min(c.anchor))), (c.sentence, min(c.anchor)))
             named.add((c.fact, c.sentence))
-            answered.add((c.sentence, self._clause(terms[c.sentence], min(c.anchor)).start))
+            answered.add((c.sentence, clause_of(terms[c.sentence], min(c.anchor)).start))
         ambiguous: list[str] = []
         groups: dict[tuple[int, int, str], list[_Candidate]] = {}
         for c in (c for c in candidates if c.bare):
             groups.setdefault((c.sentence, c.cue, c.kind), []).append(c)
         for (s, cue, kind), group in sorted(groups.items()):
             named.update((c.fact, s) for c in group if c.fact in found)
-            if (s, cue) in taken or (s, self._clause(terms[s], cue).start) in answered:
+            if (s, cue) in taken or (s, clause_of(terms[s], cue).start) in answered:
                 continue
             if any(kind in self.profiles[f].kinds for f, (e, _) in found.items() if e == s):
                 continue  # "Which client is it, by code?": the code of the one named
 
-            if self._names_foreign(terms[s], self._clause(terms[s], cue)):
+            if self._names_foreign(terms[s], clause_of(terms[s], cue)):
                 continue  # "When were you born?" is not the only date the user holds; "the payee's number" not theirs
             group = [c for c in group if c.fact not in found]
             pick = list({c.fact: c for c in [c for c in group if c.score >= 2] or group}.values())
@@ -345,7 +321,7 @@ class FactReader:
                 found[pick[0].fact] = (s, cue)
                 named.add((pick[0].fact, s))
                 taken[(s, cue)] = pick[0].fact
-                answered.add((s, self._clause(terms[s], cue).start))  # "what time of day": one ask
+                answered.add((s, clause_of(terms[s], cue).start))  # "what time of day": one ask
             elif pick and kind not in ambiguous:
                 ambiguous.append(kind)
         for fact, s in sorted(named):  # "the new address with ZIP": the ZIP is the address's

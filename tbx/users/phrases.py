@@ -11,6 +11,16 @@ from dataclasses import dataclass, field
 from tbx.users import lexicon as lx
 from tbx.users.profiles import FactProfile, tokenize
 
+QUANTITY = frozenset({"number", "numbers", "no", "#"})  # "number of hours": a count, not an identifier
+AUXILIARIES = frozenset({"is", "are", "was", "were", "does", "do", "did", "will", "would", "should", "can"})
+DETERMINERS = frozenset({"your", "the", "their", "his", "her", "a", "an", "this", "that", "our", "my"})
+# a bare cue of these kinds ("your email?") may pick the only fact of the kind; a bare "when" or "how
+# much" may not (it is as often about the goal as about a fact)
+UNIQUE_KINDS = frozenset({"identifier", "email", "phone", "postal", "name", "address"})
+FILLERS = frozenset({"new", "current", "old", "full", "preferred", "updated", "own", "valid", "best", "exact",
+                     "complete", "primary", "registered", "17", "character", "digit", "correct", "right",
+                     "personal", "main", "usual", "contact", "good", "latest"})
+
 
 @dataclass
 class Term:
@@ -81,7 +91,6 @@ def phrase_table(profiles: Iterable[FactProfile]) -> dict[tuple[str, ...], Term]
         if len(phrase) > 1 and not entry.owner:
             entry.owner = "third" if "third" in owners else "first" if "first" in owners else ""
     table.pop((), None)
-    _share_stems(table)
     return table
 
 
@@ -90,12 +99,67 @@ def stem(word: str) -> str:
     return re.sub(r"(?:ing|ion|ed|es|s|e)$", "", word) if len(word) > 4 and word.isalpha() else word
 
 
-def _share_stems(table: dict[tuple[str, ...], Term]) -> None:
-    """Single words of one stem name the same subjects ("work" and "worked", "correct" and "correcting")."""
-    by_stem: dict[str, set[str]] = {}
-    for phrase, entry in table.items():
-        if len(phrase) == 1 and entry.subject:
-            by_stem.setdefault(stem(phrase[0]), set()).update(entry.subject)
-    for phrase, entry in table.items():
-        if len(phrase) == 1 and entry.subject:
-            entry.subject |= by_stem[stem(phrase[0])]
+def counts(terms: list[tuple[str, Term | None]], i: int) -> bool:
+    """The identifier cue at `i` is a count: "the number of hours", "number of days"."""
+    k = i + 1
+    while k < len(terms) and terms[k][0] in ("of", "the", "your"):
+        k += 1
+    if not (terms[i][0] in QUANTITY and k > i + 1 and terms[i + 1][0] == "of" and k < len(terms)):
+        return False
+    word, term = terms[k]
+    plural = word.endswith("s") and not word.endswith("ss")  # "the number of consultants"
+    return plural or (term is not None and bool(term.cue) and not term.names())
+
+def of_other(terms: list[tuple[str, Term | None]], i: int) -> bool:
+    """The cue at `i` is followed by a link and a word the lexicon does not know: "the code on the
+    gift receipt" is the receipt's code."""
+    k = i + 1
+    while k < len(terms) and terms[k][0] in lx.LINKS:
+        k += 1
+    return k > i + 1 and k < len(terms) and unknown(terms[k])
+
+def about_other(terms: list[tuple[str, Term | None]], i: int, kinds: Iterable[str]) -> bool:
+    """The question cue at `i` asks about a thing the user's facts do not name: "What time is your
+    meeting?", "How many hours does your team work?" (an auxiliary, a determiner, an unknown noun).
+    Not for the kinds a person has one of ("Whose name is the account in?", "What email is the
+    account under?"): those stay the user's."""
+    if set(kinds) <= UNIQUE_KINDS:
+        return False
+    k = i + 1
+    if k < len(terms) and terms[k][0] in AUXILIARIES:
+        k += 1
+    if k == i + 1 or k >= len(terms) or terms[k][0] not in DETERMINERS:
+        return False
+    while k + 1 < len(terms) and terms[k + 1][0] in FILLERS:
+        k += 1
+    return k + 1 < len(terms) and unknown(terms[k + 1])
+
+def unknown(entry: tuple[str, Term | None]) -> bool:
+    """A content word the lexicon and the task do not know."""
+    word, term = entry
+    return term is None and word.isalpha() and word not in lx.STOPWORDS and word not in FILLERS
+
+def qualified(terms: list[tuple[str, Term | None]], i: int) -> bool:
+    """The cue at `i` names something other than a fact's subject: a word the lexicon does not know
+    ("confirmation email", "PO number"), a thing of another kind ("time entry ID") or one that only
+    goes with a subject ("account number" beside a customer number)."""
+    j = i - 1
+    while j >= 0 and terms[j][0] in FILLERS:
+        j -= 1
+    if j < 0:
+        return False
+    before, cue = terms[j][1], terms[i][1]
+    if before is None:
+        return unknown(terms[j])
+    other_kind = bool(before.cue) and not before.names() and cue is not None and not before.cue & cue.cue
+    return other_kind or bool(before.related and not before.names())
+
+
+def clause_of(terms: list[tuple[str, Term | None]], i: int) -> range:
+    """The positions of the clause around `i` (between conjunctions and commas)."""
+    start, end = i, i + 1
+    while start > 0 and not (terms[start - 1][1] and terms[start - 1][1].joint):
+        start -= 1
+    while end < len(terms) and not (terms[end][1] and terms[end][1].joint):
+        end += 1
+    return range(start, end)

@@ -68,6 +68,8 @@ def profile_fact(name: str, fact: PrivateFact) -> FactProfile:
     related = {p for w in subject_words for p in lx.RELATED.get(w, ())} - subjects
     strong = {p for w in words for p in lx.STRONG.get(w, ())}
     generic = set()
+    if kinds and len(words) == 1 and words[0] not in cue_words and words[0] not in lx.NAME_KINDS:
+        strong.add(words[0])  # a one-word name says what it is: "corrections", "nickname"
     for keyword in (normalize(k) for k in fact.keywords):
         (generic if all(w in GENERIC for w in tokenize(keyword)) else strong).add(keyword)
     third = any(w in lx.THIRD_PARTY for w in words)
