@@ -209,8 +209,9 @@ class FactReader:
         others = {f for j in scope if terms[j][1] is not None for f in terms[j][1].subject}
         if kind not in UNIQUE_KINDS and others - {p.name for p in facts}:
             return []  # "How many hours were billed on the invoice?": about the invoice
+        unit = kind == "hours" and "hour" in terms[i][0]  # "how many hours" names its unit, "how many" does not
         return [_Candidate(p.name, 1 if p.narrow else 2, s, frozenset({i}), i, True, kind)
-                for p in facts if not p.narrow or kind in UNIQUE_KINDS]
+                for p in facts if not p.narrow or kind in UNIQUE_KINDS or unit]
 
     def _names_foreign(self, row: list[tuple[str, Term | None]], clause: range,
                        phrases: frozenset[tuple[str, ...]] | None = None) -> bool:

@@ -42,7 +42,7 @@ _PLEASE = re.compile(r"\bplease\s*(?:[,.!?]|$|(?:provide|share|give|send|tell|co
                      r"write|double-check)\b)")
 # A request written as a bare noun phrase: "Your policy number and the date you want it cancelled.",
 # "Patient ID first, then the member ID." (no verb of its own before a relative clause).
-_FRAGMENT = re.compile(r"^(?![^!?]*[\d$])(?:your|and your|then your|(?:[a-z]+ )+first, then)\b(?![^,.]*\b(?:is|are|was|were|has|have|"
+_FRAGMENT = re.compile(r"^(?![^!?]*[\d$])(?:your|and your|then your|(?:[a-z]+ )+first, then)\b(?!(?:(?! so | because | to )[^,.])*\b(?:is|are|was|were|has|have|"
                        r"had|will|been|can|may|should|must|'s|'re|'ve|'ll)\b)[^!?]*\.?$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.)]|[a-z][.)])\s+")
 _SPLIT = re.compile(r"(?<!\bno\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<=[.!?])\s+")  # not after "invoice no."
