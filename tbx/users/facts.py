@@ -12,7 +12,11 @@ whether it belongs to somebody else (the new driver, the leaver, the payee). The
 - a yes/no question offers an alternative ("... a refund instead?") and the user holds one choice.
 When two facts compete for the same words, the one whose owner fits ("your" / "their" / a named
 person) and that matches more of them wins; a cue that fits several facts equally is *ambiguous*
-and reveals nothing. Pure and deterministic: same scenario and message, same answer.
+and reveals nothing. An ask that is about something else reveals nothing either: a cue whose own
+modifier names another thing ("PO number", "client account number"), a count ("number of hours"), a
+question about a thing no fact names ("What time is your meeting?"), an owner right before the name
+that is not the fact's ("your manager's employee ID"); see docs/users.md. Pure and deterministic:
+same scenario and message, same answer.
 """
 
 from __future__ import annotations
