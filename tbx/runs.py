@@ -111,8 +111,8 @@ CODE_PARTS = {
     "judges": ("grading/judge.py", "grading/judge_llm.py"),
     # domains/kit.py: the argument checks and look-ups every bundled domain's tools share (their messages)
     "tools": ("tools/arguments.py", "tools/declare.py", "tools/mcp_server.py", "tools/runtime.py", "domains/kit.py"),
-    "users": ("users/base.py", "users/facts.py", "users/lexicon.py", "users/llm.py", "users/profiles.py",
-              "users/reading.py", "users/scripted.py"),
+    "users": ("users/base.py", "users/facts.py", "users/lexicon.py", "users/llm.py", "users/phrases.py",
+              "users/profiles.py", "users/reading.py", "users/scripted.py"),
     "agent": ("policies/prompting.py", "llm/parsing.py", "llm/wire.py", "episodes/run.py", "messages.py"),
 }
 # rows.py: the row reads and writes a domain's tools share, where tools.py would be long (consulting); a

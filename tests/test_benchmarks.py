@@ -25,6 +25,7 @@ SMALLEST = {
     "kill_resume.py": ["--kills", "2", "--stages", "eval,probe", "--tasks", "3"],
     "campaign_speed.py": ["--attempts", "1", "--tasks", "mock", "--skip-before"],
     "harness.py": ["--episodes", "72"],
+    "user_asks.py": ["--corpus", "asks_corpus"],
     "smollm2_episodes.py": ["--tasks", "1", "--attempts", "1", "--max-turns", "1", "--syncs", "1"],
 }
 

@@ -12,49 +12,43 @@ whether it belongs to somebody else (the new driver, the leaver, the payee). The
 - a yes/no question offers an alternative ("... a refund instead?") and the user holds one choice.
 When two facts compete for the same words, the one whose owner fits ("your" / "their" / a named
 person) and that matches more of them wins; a cue that fits several facts equally is *ambiguous*
-and reveals nothing. Pure and deterministic: same scenario and message, same answer.
+and reveals nothing. An ask that is about something else reveals nothing either: a cue whose own
+modifier names another thing ("PO number", "client account number"), a count ("number of hours"), a
+question about a thing no fact names ("What time is your meeting?"), an owner right before the name
+that is not the fact's ("your manager's employee ID"); see docs/users.md. Pure and deterministic:
+same scenario and message, same answer.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tbx.tasks.model import UserScenario
 from tbx.users import lexicon as lx
+from tbx.users.phrases import (
+    FILLERS,
+    UNIQUE_KINDS,
+    Term,
+    about_other,
+    clause_of,
+    counts,
+    of_other,
+    phrase_table,
+    qualified,
+    stem,
+    unknown,
+)
 from tbx.users.profiles import FactProfile, profile_fact, tokenize
 from tbx.users.reading import Sentence, normalize
 
 _NAME_OWNER = re.compile(r"\b([A-Z][a-z]+)['\u2019]s\b|\b(?:to|for) ([A-Z][a-z]+)\b")
-# a bare cue of these kinds ("your email?") may pick the only fact of the kind; a bare "when" or "how
-# much" may not (it is as often about the goal as about a fact)
-UNIQUE_KINDS = frozenset({"identifier", "email", "phone", "postal", "name", "address"})
-FILLERS = frozenset({"new", "current", "old", "full", "preferred", "updated", "own", "valid", "best", "exact",
-                     "complete", "primary", "registered", "17", "character", "digit", "correct", "right",
-                     "personal", "main", "usual", "contact", "good", "latest"})
+_POSSESSOR = re.compile(r"\b([a-z]+)'s\b")
+_NOT_POSSESSORS = frozenset({"let", "it", "that", "there", "here", "what", "who", "he", "she", "where", "how"})
+PERSONAL_KINDS = frozenset({"name", "email", "phone", "address", "postal"})  # a person's own details
 _REQUEST_YOU = frozenset({"could", "can", "would", "will", "do", "does", "did", "may", "might", "should", "if",
                           "thank", "thanks", "help", "assist", "let", "see", "that", "as", "are"})
-
-
-@dataclass
-class _Term:
-    """What a phrase of a message can mean."""
-
-    cue: set[str] = field(default_factory=set)  # kinds it names as a noun ("number")
-    bound: set[str] = field(default_factory=set)  # kinds named by a cue inside a longer phrase ("employee number")
-    question: set[str] = field(default_factory=set)  # kinds it asks as a question word ("when")
-    strong: set[str] = field(default_factory=set)  # facts it names alone
-    keyword: set[str] = field(default_factory=set)  # facts with a task keyword made of cue words only
-    subject: set[str] = field(default_factory=set)  # facts whose subject it names
-    owner: str = ""  # "first" | "third" | ""
-    alternative: bool = False
-    selector: bool = False  # "which": with a subject right after it, asks for that thing's identifier
-    joint: bool = False  # a conjunction or list comma
-
-    def names(self) -> set[str]:
-        """Facts this phrase names by itself (subject, strong phrase or keyword)."""
-        return self.subject | self.strong | self.keyword
 
 
 @dataclass(frozen=True)
@@ -76,63 +70,23 @@ class Asked:
     sentences: frozenset[int] = frozenset()  # the sentences that named a fact
 
 
-def _phrase_table(profiles: Iterable[FactProfile]) -> dict[tuple[str, ...], _Term]:
-    table: dict[tuple[str, ...], _Term] = {}
-
-    def term(phrase: str) -> _Term:
-        return table.setdefault(tuple(tokenize(phrase)), _Term())
-
-    for kind, cues in lx.NOUN_CUES.items():
-        for cue in cues:
-            term(cue).cue.add(kind)
-    for kind, cues in lx.QUESTION_CUES.items():
-        for cue in cues:
-            term(cue).question.add(kind)
-    for profile in profiles:
-        for phrase in profile.strong:
-            term(phrase).strong.add(profile.name)
-        for phrase in profile.generic:
-            term(phrase).keyword.add(profile.name)
-        for phrase in profile.subjects:
-            term(phrase).subject.add(profile.name)
-        if profile.third_party:
-            for word in profile.name.split("_"):
-                for marker in lx.THIRD_PARTY.get(word, ()):
-                    term(marker).owner = "third"
-    for pronoun in lx.THIRD_PRONOUNS:
-        term(pronoun).owner = "third"
-    for pronoun in lx.FIRST_PRONOUNS:
-        term(pronoun).owner = "first"
-    for word in lx.ALTERNATIVES:
-        term(word).alternative = True
-    for word in lx.CONJUNCTIONS:
-        term(word).joint = True
-    for word in lx.SELECTORS:
-        term(word).selector = True
-    single = {cue: kind for kind, cues in lx.NOUN_CUES.items() for cue in cues if " " not in cue}
-    for phrase, entry in table.items():
-        if len(phrase) > 1 and entry.names():
-            entry.bound |= {single[w] for w in phrase if w in single} - entry.cue
-        owners = {table[(w,)].owner for w in phrase if (w,) in table}
-        if len(phrase) > 1 and not entry.owner:
-            entry.owner = "third" if "third" in owners else "first" if "first" in owners else ""
-    table.pop((), None)
-    return table
-
-
 class FactReader:
     """Reads agent messages for one scenario's facts."""
 
     def __init__(self, scenario: UserScenario):
         self.profiles = {name: profile_fact(name, fact) for name, fact in scenario.private_facts.items()}
-        self.table = _phrase_table(self.profiles.values())
+        self.table = phrase_table(self.profiles.values())
         self.longest = max((len(p) for p in self.table), default=1)
+        self.stems: dict[str, Term] = {}  # a word the table lacks reads as a known word of its stem
+        for phrase, entry in self.table.items():
+            if len(phrase) == 1 and entry.subject:
+                self.stems.setdefault(stem(phrase[0]), Term()).subject.update(entry.subject)
         told = re.findall(r"\b[A-Z][a-z]+\b", f"{scenario.opening_message} {scenario.instructions}")
         self.others = {w.lower() for w in told} - set(tokenize(normalize(scenario.persona))) - lx.STOPWORDS
         self.foreign = foreign_phrases(self.profiles.values())
         self.somebody_else = frozenset(tuple(tokenize(normalize(p))) for g in lx.THIRD_PARTY.values() for p in g)
 
-    def segment(self, words: list[str], names: set[str]) -> list[tuple[str, _Term | None]]:
+    def segment(self, words: list[str], names: set[str], possessors: Iterable[str] = ()) -> list[tuple[str, Term | None]]:
         """Words grouped into the longest known phrases, each with what it can mean."""
         out, i = [], 0
         while i < len(words):
@@ -143,55 +97,81 @@ class FactReader:
                     i += size
                     break
             else:
-                out.append((words[i], _Term(owner="third") if words[i] in names else None))
+                known = (Term(owner="third") if words[i] in names else Term(owner="possessor")
+                         if words[i] in possessors else self.stems.get(stem(words[i])))
+                out.append((words[i], known))
                 i += 1
         return out
 
     def asked(self, message: str, sentences: list[Sentence]) -> Asked:
         """The facts `message` asks for (its `sentences` as `read_sentences` gave them)."""
         names = {(a or b).lower() for a, b in _NAME_OWNER.findall(message)} & self.others
-        terms = [self.segment(tokenize(s.text), names) for s in sentences]
+        terms = [self.segment(tokenize(s.text), names, self._possessors(s.text)) for s in sentences]
         candidates = [c for s, sentence in enumerate(sentences) if sentence.ask
                       for c in self._candidates(terms[s], s, sentence.question)]
         fitted = [self._fit(c, terms) for c in candidates]
         return self._resolve([c for c in fitted if c is not None], terms, sentences)
 
-    def _candidates(self, terms: list[tuple[str, _Term | None]], s: int, question: bool) -> list[_Candidate]:
+    def _possessors(self, text: str) -> set[str]:
+        """Words the lexicon does not know that own something in `text` ("your manager's employee ID"):
+        somebody else, like a person named."""
+        return {w for w in _POSSESSOR.findall(text)
+                if w not in lx.STOPWORDS and w not in _NOT_POSSESSORS and (w,) not in self.table}
+
+    def _candidates(self, terms: list[tuple[str, Term | None]], s: int, question: bool) -> list[_Candidate]:
         """Every reading of sentence `s` that would name a fact, before owners and conflicts."""
         out: list[_Candidate] = []
         for i, (_, term) in enumerate(terms):
             if term is None:
                 continue
             out += [_Candidate(f, 3, s, frozenset({i}), None) for f in term.strong]
-            if not self._qualified(terms, i):  # a keyword of cue words only ("which date") reads like a cue
+            if not qualified(terms, i):  # a keyword of cue words only ("which date") reads like a cue
                 out += [_Candidate(f, 2, s, frozenset({i}), i, True, min(self.profiles[f].kinds, default=""))
-                        for f in term.keyword]
+                        for f in term.keyword if self._alone(terms, i, f)]
             for kind in term.cue | term.bound:
+                if kind == "identifier" and counts(terms, i):
+                    continue
                 attached, joint = self._attached(terms, i)
+                if kind not in term.bound and qualified(terms, i) and (
+                        kind in lx.OWN_KINDS or all(j > i for j in attached)):
+                    continue  # "the PO number for this invoice", "your client account number": another's
                 if attached or kind in term.bound:
                     out += self._compound(terms, s, i, kind, attached, joint)
-                elif not self._qualified(terms, i):
-                    out += self._cued(terms, s, i, kind, self._clause(terms, i))
+                elif not qualified(terms, i) and not (kind in lx.OWN_KINDS and of_other(terms, i)):
+                    out += self._cued(terms, s, i, kind, clause_of(terms, i))
             if term.selector and i + 1 < len(terms) and terms[i + 1][1] is not None:
                 out += [_Candidate(f, 2, s, frozenset({i + 1}), i, kind="identifier")
                         for f in terms[i + 1][1].subject if "identifier" in self.profiles[f].kinds]
             for kind in term.question:
-                out += self._cued(terms, s, i, kind, range(i + 1, len(terms)))
+                out += self._cued(terms, s, i, kind, range(i + 1, len(terms)), about_other(terms, i, {kind}))
             choices = [p.name for p in self.profiles.values() if "choice" in p.kinds]
             if term.alternative and question and len(choices) == 1:
                 out.append(_Candidate(choices[0], 2, s, frozenset({i}), None))
-        return out
+        elsewhere = {clause_of(terms, i).start for i, (_, t) in enumerate(terms)
+                     if t is not None and t.question and about_other(terms, i, t.question)}
+        return [c for c in out if c.score >= 3 or clause_of(terms, min(c.anchor)).start not in elsewhere]
 
-    def _attached(self, terms: list[tuple[str, _Term | None]], i: int) -> tuple[list[int], bool]:
+    def _alone(self, terms: list[tuple[str, Term | None]], i: int, fact: str) -> bool:
+        """A task keyword of cue words only ("how many hours") at `i` may stand for `fact` by itself: not
+        in a question about another thing, nor (for a kind a person has several of) beside words that name
+        another fact ("How many hours were billed on the invoice?")."""
+        kinds = self.profiles[fact].kinds
+        if about_other(terms, i, kinds):
+            return False
+        return kinds <= UNIQUE_KINDS or not any(
+            terms[j][1] is not None and terms[j][1].subject and fact not in terms[j][1].subject
+            for j in range(i + 1, len(terms)))
+
+    def _attached(self, terms: list[tuple[str, Term | None]], i: int) -> tuple[list[int], bool]:
         """Positions of the subject words bound to the noun cue at `i`: the words right before it
         ("employee and confirmation numbers") or after a link ("number of your policy"); and whether
         a conjunction joins them."""
         def joins(j: int) -> bool:
             word, term = terms[j]
-            return word in FILLERS or (term is not None and bool(term.subject or term.joint))
+            return word in FILLERS or (term is not None and bool(term.subject or term.related or term.joint))
 
         run, j = [], i - 1
-        while j >= 0 and (joins(j) or (j == i - 1 and j and self._unknown(terms[j]) and joins(j - 1))):
+        while j >= 0 and (joins(j) or (j == i - 1 and j and unknown(terms[j]) and joins(j - 1))):
             run.append(j)  # one unknown word may stand between a subject and its cue ("new travel date")
             j -= 1
         k = i + 1
@@ -200,30 +180,17 @@ class FactReader:
         while k > i + 1 and k < len(terms) and joins(k):
             run.append(k)
             k += 1
-        spots = sorted(j for j in run if terms[j][1] is not None and terms[j][1].subject)
+        spots = sorted(j for j in run if terms[j][1] is not None and (terms[j][1].subject or terms[j][1].related))
         joint = bool(spots) and any(terms[j][1] is not None and terms[j][1].joint and min(spots) < j < max(spots)
                                     for j in run)
         return spots, joint
 
-    @staticmethod
-    def _unknown(entry: tuple[str, _Term | None]) -> bool:
-        """A content word the lexicon and the task do not know."""
-        word, term = entry
-        return term is None and word.isalpha() and word not in lx.STOPWORDS and word not in FILLERS
-
-    def _qualified(self, terms: list[tuple[str, _Term | None]], i: int) -> bool:
-        """The cue at `i` names something the lexicon does not know ("confirmation email")."""
-        j = i - 1
-        while j >= 0 and terms[j][0] in FILLERS:
-            j -= 1
-        return j >= 0 and self._unknown(terms[j])
-
-    def _compound(self, terms: list[tuple[str, _Term | None]], s: int, i: int, kind: str,
+    def _compound(self, terms: list[tuple[str, Term | None]], s: int, i: int, kind: str,
                   attached: list[int], joint: bool) -> list[_Candidate]:
         """Facts of `kind` named by the cue at `i` with its bound subject words; the fact matching
         most of them wins unless they are joined ("policy and claim numbers": both)."""
-        itself = terms[i][1].names() | {f for w in terms[i][0].split() for f in self.table.get((w,), _Term()).subject}
-        hits = {p.name: [j for j in attached if p.name in terms[j][1].subject] + ([i] if p.name in itself else [])
+        itself = terms[i][1].names() | {f for w in terms[i][0].split() for f in self.table.get((w,), Term()).subject}
+        hits = {p.name: [j for j in attached if p.name in terms[j][1].about(kind)] + ([i] if p.name in itself else [])
                 for p in self.profiles.values() if kind in p.kinds}
         hits = {fact: spots for fact, spots in hits.items() if spots}
         # an owner word ("payee" in "the payee's routing number") counts only where nothing else does
@@ -233,28 +200,24 @@ class FactReader:
         return [_Candidate(fact, 2, s, frozenset(hits[fact]), i, kind=kind)
                 for fact, spots in weight.items() if spots and (joint or len(spots) == best)]
 
-    def _cued(self, terms: list[tuple[str, _Term | None]], s: int, i: int, kind: str,
-              scope: Iterable[int]) -> list[_Candidate]:
+    def _cued(self, terms: list[tuple[str, Term | None]], s: int, i: int, kind: str,
+              scope: Iterable[int], elsewhere: bool = False) -> list[_Candidate]:
         """Facts of `kind` for a cue whose subject may stand anywhere in `scope`; none there: a bare cue."""
         facts = [p for p in self.profiles.values() if kind in p.kinds]
         found = [_Candidate(p.name, 2, s, frozenset({j}), i, kind=kind) for j in scope for p in facts
-                 if terms[j][1] is not None and p.name in terms[j][1].subject]
+                 if terms[j][1] is not None and p.name in terms[j][1].about(kind)]
+        if elsewhere:
+            return []
         if found:
             return found
+        others = {f for j in scope if terms[j][1] is not None for f in terms[j][1].subject}
+        if kind not in UNIQUE_KINDS and others - {p.name for p in facts}:
+            return []  # "How many hours were billed on the invoice?": about the invoice
+        unit = kind == "hours" and "hour" in terms[i][0]  # "how many hours" names its unit, "how many" does not
         return [_Candidate(p.name, 1 if p.narrow else 2, s, frozenset({i}), i, True, kind)
-                for p in facts if not p.narrow or kind in UNIQUE_KINDS]
+                for p in facts if not p.narrow or kind in UNIQUE_KINDS or unit]
 
-    @staticmethod
-    def _clause(terms: list[tuple[str, _Term | None]], i: int) -> range:
-        """The positions of the clause around `i` (between conjunctions and commas)."""
-        start, end = i, i + 1
-        while start > 0 and not (terms[start - 1][1] and terms[start - 1][1].joint):
-            start -= 1
-        while end < len(terms) and not (terms[end][1] and terms[end][1].joint):
-            end += 1
-        return range(start, end)
-
-    def _names_foreign(self, row: list[tuple[str, _Term | None]], clause: range,
+    def _names_foreign(self, row: list[tuple[str, Term | None]], clause: range,
                        phrases: frozenset[tuple[str, ...]] | None = None) -> bool:
         """Whether the clause names a fact this user does not hold (a phrase the lexicon gives to one fact
         alone, or somebody else where the user holds nobody else's facts)."""
@@ -262,7 +225,7 @@ class FactReader:
         return any(tuple(words[i:i + len(p)]) == p for p in (self.foreign if phrases is None else phrases)
                    for i in range(len(words)))
 
-    def _owner(self, terms: list[list[tuple[str, _Term | None]]], s: int, anchor: frozenset[int]) -> str:
+    def _owner(self, terms: list[list[tuple[str, Term | None]]], s: int, anchor: frozenset[int]) -> str:
         """Whose thing the words at `anchor` name: "third" (a marker, their/his/her, a named person),
         "first" (your/you) or "" — the nearest owner word before them, else after, else earlier."""
         row = terms[s]
@@ -273,16 +236,50 @@ class FactReader:
                  *((e, j) for e in range(s - 1, -1, -1) for j in range(len(terms[e]) - 1, -1, -1))]
         for e, j in order:
             word, term = terms[e][j]
-            if term is not None and term.owner and not (word == "you" and j and terms[e][j - 1][0] in _REQUEST_YOU):
+            if (term is not None and term.owner in ("first", "third")
+                    and not (word == "you" and j and terms[e][j - 1][0] in _REQUEST_YOU)):
                 return term.owner
         return ""
 
-    def _fit(self, candidate: _Candidate, terms: list[list[tuple[str, _Term | None]]]) -> _Candidate | None:
+    @staticmethod
+    def _adjacent_owner(row: list[tuple[str, Term | None]], anchor: frozenset[int]) -> str:
+        """The owner word right before the words at `anchor` ("your own", "the driver's", "Vera's", "your
+        manager's": "possessor"), if any, when they do not name an owner themselves."""
+        if any(row[j][1] is not None and row[j][1].owner for j in anchor):
+            return ""
+        j = min(anchor) - 1
+        while j >= 0 and (row[j][0] in FILLERS or unknown(row[j])):
+            j -= 1  # "your savings account number": the modifiers of one noun phrase
+        owner = row[j][1].owner if j >= 0 and row[j][1] is not None else ""
+        if owner == "possessor" and j and row[j - 1][1] is not None and row[j - 1][1].owner == "third":
+            return "third"  # "her bank's routing number": hers
+        return owner
+
+    def _owned_by_another(self, candidate: _Candidate, row: list[tuple[str, Term | None]]) -> bool:
+        """The words right before the fact's name make it somebody else's than the fact's owner: "your own
+        account number" is not the payee's; "the driver's phone" is not the user's phone (a personal detail
+        belongs to its person); "your manager's employee ID" not the user's (unless a phrase names the
+        fact alone: "the car's VIN")."""
+        profile = self.profiles[candidate.fact]
+        owner = self._adjacent_owner(row, candidate.anchor)
+        end = max(candidate.anchor | ({candidate.cue} if candidate.cue is not None else set())) + 1
+        if end < len(row) and row[end][0].startswith("you") and row[end][0] != "your":
+            owner = owner or "first"  # "the account number you'd like it taken from": the user's own
+        if owner == "first":
+            return profile.third_party
+        if owner == "third":
+            return not profile.third_party and bool(profile.kinds & PERSONAL_KINDS)
+        lexical = any(row[min(candidate.anchor)][0] in group for group in lx.STRONG.values())
+        return owner == "possessor" and not profile.third_party and not lexical
+
+    def _fit(self, candidate: _Candidate, terms: list[list[tuple[str, Term | None]]]) -> _Candidate | None:
         """Weaken a reading whose owner does not fit the fact; drop such a bare cue. Owners matter
         only where the user holds somebody else's facts too ("Grace's hours" may be the user's)."""
+        if self._owned_by_another(candidate, terms[candidate.sentence]):
+            return None
         if not any(p.third_party for p in self.profiles.values()):
             row = terms[candidate.sentence]
-            if self._names_foreign(row, self._clause(row, min(candidate.anchor)), self.somebody_else):
+            if self._names_foreign(row, clause_of(row, min(candidate.anchor)), self.somebody_else):
                 return None  # "the payee's account number": the user holds nobody else's facts
             return candidate
         third = self._owner(terms, candidate.sentence, candidate.anchor) == "third"
@@ -293,7 +290,7 @@ class FactReader:
         return _Candidate(candidate.fact, candidate.score - 1.5, candidate.sentence, candidate.anchor,
                           candidate.cue, candidate.bare, candidate.kind)
 
-    def _resolve(self, candidates: list[_Candidate], terms: list[list[tuple[str, _Term | None]]],
+    def _resolve(self, candidates: list[_Candidate], terms: list[list[tuple[str, Term | None]]],
                  sentences: list[Sentence]) -> Asked:
         """Give each word to the best reading; bare cues speak only where nothing else answered."""
         taken: dict[tuple[int, int], str] = {}
@@ -309,16 +306,19 @@ class FactReader:
                 taken.setdefault(spot, c.fact)
             found[c.fact] = min(found.get(c.fact, (c.sentence, min(c.anchor))), (c.sentence, min(c.anchor)))
             named.add((c.fact, c.sentence))
-            answered.add((c.sentence, self._clause(terms[c.sentence], min(c.anchor)).start))
+            answered.add((c.sentence, clause_of(terms[c.sentence], min(c.anchor)).start))
         ambiguous: list[str] = []
         groups: dict[tuple[int, int, str], list[_Candidate]] = {}
         for c in (c for c in candidates if c.bare):
             groups.setdefault((c.sentence, c.cue, c.kind), []).append(c)
         for (s, cue, kind), group in sorted(groups.items()):
             named.update((c.fact, s) for c in group if c.fact in found)
-            if (s, cue) in taken or (s, self._clause(terms[s], cue).start) in answered:
+            if (s, cue) in taken or (s, clause_of(terms[s], cue).start) in answered:
                 continue
-            if self._names_foreign(terms[s], self._clause(terms[s], cue)):
+            if any(kind in self.profiles[f].kinds for f, (e, _) in found.items() if e == s):
+                continue  # "Which client is it, by code?": the code of the one named
+
+            if self._names_foreign(terms[s], clause_of(terms[s], cue)):
                 continue  # "When were you born?" is not the only date the user holds; "the payee's number" not theirs
             group = [c for c in group if c.fact not in found]
             pick = list({c.fact: c for c in [c for c in group if c.score >= 2] or group}.values())
@@ -326,6 +326,7 @@ class FactReader:
                 found[pick[0].fact] = (s, cue)
                 named.add((pick[0].fact, s))
                 taken[(s, cue)] = pick[0].fact
+                answered.add((s, clause_of(terms[s], cue).start))  # "what time of day": one ask
             elif pick and kind not in ambiguous:
                 ambiguous.append(kind)
         for fact, s in sorted(named):  # "the new address with ZIP": the ZIP is the address's

@@ -58,7 +58,7 @@ QUESTION_CUES: dict[str, tuple[str, ...]] = {
 # Subject words of fact names -> the phrases agents use for them (the word itself always counts).
 SUBJECTS: dict[str, tuple[str, ...]] = {
     "employee": ("staff", "personnel", "worker", "badge", "emp"),
-    "customer": ("client", "account", "account holder"),
+    "customer": ("client",),
     "patient": ("medical record", "mrn", "chart", "record", "medical"),
     "member": ("membership", "subscriber", "insurance", "plan", "insurance card", "policy"),
     "confirmation": ("booking", "reservation", "trip", "pnr", "record locator", "locator", "itinerary"),
@@ -67,7 +67,7 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     "policy": ("insurance", "coverage", "insurance policy", "contract"),
     "claim": ("claims",),
     "invoice": ("bill", "billing"),
-    "client": ("company", "customer", "account", "firm", "organization", "organisation"),
+    "client": ("company", "customer", "firm", "organization", "organisation"),
     "consultant": ("employee", "staff", "personnel", "consulting"),
     "engagement": ("project", "matter", "job", "assignment"),
     "routing": ("aba", "sort code", "transit", "bank code", "routing transit"),
@@ -95,6 +95,16 @@ SUBJECTS: dict[str, tuple[str, ...]] = {
     "departure": ("leave", "depart", "fly out", "flight"),
     "new": ("instead", "different", "updated", "rebook", "move", "moved"),
 }
+# Things that go with a subject but are not it: they place a date or an amount ("the account's
+# closing date") but never name the subject's identifier, since they have their own ("account number"
+# is not the customer number, and an account number asked of a user who holds only a customer number
+# is not answered with it).
+RELATED: dict[str, tuple[str, ...]] = {
+    "customer": ("account", "account holder"),
+    "client": ("account",),
+}
+# Kinds whose value belongs to one thing alone: a related word does not reach them.
+OWN_KINDS = frozenset({"identifier"})
 # Subject words that narrow too little to pick a fact on their own ("the new date").
 WEAK_SUBJECTS = frozenset({"new", "preferred", "preference", "current", "updated", "old", "full"})
 

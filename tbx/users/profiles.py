@@ -34,6 +34,7 @@ class FactProfile:
     name: str
     kinds: frozenset[str]
     subjects: frozenset[str]  # phrases naming its subject, third-party markers included
+    related: frozenset[str]  # phrases naming a thing that goes with its subject (lexicon.RELATED)
     strong: frozenset[str]  # phrases that name it alone
     generic: frozenset[str]  # task keywords made only of cue and stop words ("which date")
     narrow: bool  # has a subject beyond weak words ("employee" in employee_id; not "new" in new_date)
@@ -64,13 +65,16 @@ def profile_fact(name: str, fact: PrivateFact) -> FactProfile:
     keyword_words = [w for k in fact.keywords for w in tokenize(normalize(k)) if w not in GENERIC]
     subject_words = [w for w in dict.fromkeys([*words, *keyword_words]) if w not in cue_words or w in lx.STRONG]
     subjects = {p for w in subject_words for p in (w, *lx.SUBJECTS.get(w, ()), *lx.THIRD_PARTY.get(w, ()))}
+    related = {p for w in subject_words for p in lx.RELATED.get(w, ())} - subjects
     strong = {p for w in words for p in lx.STRONG.get(w, ())}
     generic = set()
+    if kinds and len(words) == 1 and words[0] not in cue_words and words[0] not in lx.NAME_KINDS:
+        strong.add(words[0])  # a one-word name says what it is: "corrections", "nickname"
     for keyword in (normalize(k) for k in fact.keywords):
         (generic if all(w in GENERIC for w in tokenize(keyword)) else strong).add(keyword)
     third = any(w in lx.THIRD_PARTY for w in words)
     narrow = any(w not in lx.WEAK_SUBJECTS and w not in lx.THIRD_PARTY for w in subject_words)
-    return FactProfile(name, kinds, frozenset(subjects), frozenset(strong), frozenset(generic), narrow, third,
+    return FactProfile(name, kinds, frozenset(subjects), frozenset(related), frozenset(strong), frozenset(generic), narrow, third,
                        _label(name.lower().split("_"), third))
 
 

@@ -40,6 +40,10 @@ _CLOSING = re.compile(r"\b(?:anything|something) else\b|\bfurther (?:help|assist
 _PLEASE = re.compile(r"\bplease\s*(?:[,.!?]|$|(?:provide|share|give|send|tell|confirm|verify|enter|type|spell|state|"
                      r"list|include|read|supply|let me know|reply|answer|specify|clarify|advise|indicate|repeat|"
                      r"write|double-check)\b)")
+# A request written as a bare noun phrase: "Your policy number and the date you want it cancelled.",
+# "Patient ID first, then the member ID." (no verb of its own before a relative clause).
+_FRAGMENT = re.compile(r"^(?![^!?]*[\d$])(?:your|and your|then your|(?:[a-z]+ )+first, then)\b(?!(?:(?! so | because | to )[^,.])*\b(?:is|are|was|were|has|have|"
+                       r"had|will|been|can|may|should|must|'s|'re|'ve|'ll)\b)[^!?]*\.?$")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*•·]|\d+[.)]|[a-z][.)])\s+")
 _SPLIT = re.compile(r"(?<!\bno\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<=[.!?])\s+")  # not after "invoice no."
 
@@ -87,6 +91,12 @@ def normalize(text: str) -> str:
     return re.sub(r"(?<=[a-z])-(?=[a-z])", " ", text)
 
 
+def _fragment(text: str) -> bool:
+    """A bare noun phrase that asks ("Your policy number and your birth date."), not a report ("Your
+    refund went through.") or a refusal."""
+    return bool(_FRAGMENT.match(text)) and not _COMPLETED.search(text) and not _CANNOT.search(text)
+
+
 def read_sentences(message: str) -> list[Sentence]:
     """Split `message` and say what each sentence does; list items after an ask are asks."""
     sentences, asking = [], False
@@ -99,7 +109,7 @@ def read_sentences(message: str) -> list[Sentence]:
         question = text.rstrip(" *)\"'").endswith("?")
         closing = bool(_CLOSING.search(text))
         own_ask = question or text.endswith(":") or bool(
-            _WH.match(text) or _IMPERATIVE.match(text) or _REQUEST.search(text) or _PLEASE.search(text))
+            _WH.match(text) or _IMPERATIVE.match(text) or _fragment(text) or _REQUEST.search(text) or _PLEASE.search(text))
         ask = own_ask or (item and asking)
         asking = asking or (own_ask and not closing)
         confirmation = question and not closing and bool(_CONFIRM.search(text.rstrip("?! .")))

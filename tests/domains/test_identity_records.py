@@ -36,6 +36,13 @@ BLIND_TO_A_SKIPPED_ATTEMPT = {"travel": ("identity_mismatch",), "retail": ("iden
                               "helpdesk": ("identity_fails_hard",), "hr_payroll": ("identity_fails_hard",)}
 
 
+# The benchmark tasks whose reference still passes with its verification call removed, found by the
+# test below (docs/tasks.md lists them with the reason): besides the identity_mismatch families (the
+# caller's details match nobody), the consulting callers who are real people at the client but not its
+# billing contact. A failed verification writes nothing, so the verdict cannot see whether it was tried.
+UNAUTHORIZED_CALLERS = tuple(f"consulting/invoice_unauthorized/s0-{n:02d}" for n in (0, 1, 2, 4, 5, 6, 8, 9, 10))
+
+
 def _other(rows: dict, table: str, person: int, fits=lambda row: True) -> dict:
     return next(r for r in rows[table] if r["id"] != person and fits(r))
 
@@ -91,7 +98,7 @@ def identity_check(result) -> dict:
 
 def test_every_verification_is_checked_skipping_it_or_verifying_someone_else_fails(domain_runtimes):
     domain, backend, runtimes = domain_runtimes
-    counts = Counter()
+    counts, passes_without = Counter(), []
     for runtime in runtimes:
         reference = runtime.task.reference
         verifies = [i for i, s in enumerate(reference) if s.tool in VERIFY_TOOLS]
@@ -103,6 +110,7 @@ def test_every_verification_is_checked_skipping_it_or_verifying_someone_else_fai
                 skipped = grade(runtime, backend, [s for s in reference if s.tool not in VERIFY_TOOLS])
                 blind = runtime.task.family in BLIND_TO_A_SKIPPED_ATTEMPT.get(domain, ())
                 assert skipped.passed is blind, (runtime.task.id, skipped.passed)
+                passes_without += [runtime.task.id] if skipped.passed else []
             continue
         counts["record"] += 1
         assert len(records) == 1 and len(verifies) == 1, runtime.task.id
@@ -117,6 +125,10 @@ def test_every_verification_is_checked_skipping_it_or_verifying_someone_else_fai
         assert result.passed is False and not identity_check(result)["passed"], runtime.task.id
         assert "insert identity_checks" in extra["detail"], (runtime.task.id, extra["detail"])
     assert counts["record"] == WITH_RECORD[domain] and counts["failed"] == FAILED_VERIFICATION[domain], counts
+    print(f"\n{domain}: {len(passes_without)} tasks pass with the verification removed: {passes_without}")
+    assert len(passes_without) == FAILED_VERIFICATION[domain]
+    unauthorized = [t for t in passes_without if "/invoice_unauthorized/" in t]
+    assert unauthorized == (list(UNAUTHORIZED_CALLERS) if domain == "consulting" else [])
 
 
 def test_a_failed_verification_leaves_no_record(domain_runtimes):

@@ -15,33 +15,12 @@ import pytest
 import yaml
 
 from tbx.domains import get_domain
-from tbx.tasks import Task, load_task
+from tbx.tasks import load_task
+from tbx.users.corpus import family_tasks, parse, scenario_for
 from tbx.users.scripted import ScriptedSession
 
 CORPUS = yaml.safe_load((Path(__file__).parent / "phrasings.yaml").read_text())
 ANSWERED_TARGET = 0.95
-
-
-@cache
-def family_tasks(key: str) -> tuple[Task, ...]:
-    domain_name, family = key.split("/")
-    domain = get_domain(domain_name)
-    tasks = [load_task(dict(t), f"{key}[{i}]", domain.policy)
-             for i, t in enumerate(domain.generate_tasks(0)) if t["family"] == family]
-    assert tasks, f"no bundled family {key}"
-    return tuple(tasks)
-
-
-def scenario_for(key: str, wanted: tuple[str, ...] = ()) -> Task:
-    """The family's task with the most private facts among those holding every wanted fact."""
-    holding = [t for t in family_tasks(key) if set(wanted) <= set(t.user.private_facts)]
-    assert holding, f"no task of {key} holds {wanted}"
-    return max(holding, key=lambda t: len(t.user.private_facts))
-
-
-def parse(line: str) -> tuple[str, tuple[str, ...]]:
-    text, _, facts = line.rpartition("=>")
-    return text.strip(), tuple(facts.split())
 
 
 def play_asks() -> list[dict]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,17 @@ def test_an_ask_for_a_fact_the_user_does_not_hold_reveals_no_other_fact(task_id,
     task = next(load_task(dict(t), task_id, domain.policy) for t in domain.generate_tasks(0) if t["id"] == task_id)
     turn = ScriptedSession(task.user).answer(ask)
     assert turn.revealed == (), (ask, turn.text)
+
+
+def test_every_module_a_user_reads_with_is_part_of_the_run_identity():
+    """A change to how the users read messages is a new run (tbx/runs.py CODE_PARTS): every module of
+    tbx/users that the users import counts (corpus.py only measures them)."""
+    import sys
+
+    import tbx.users.llm
+    import tbx.users.scripted  # noqa: F401
+    from tbx.runs import CODE_PARTS, PACKAGE
+
+    loaded = {Path(m.__file__).relative_to(PACKAGE).as_posix() for name, m in sys.modules.items()
+              if name.startswith("tbx.users.") and name != "tbx.users.corpus"}
+    assert loaded - set(CODE_PARTS["users"]) == set()
