@@ -96,9 +96,9 @@ def say_replayed(cfg: Config, log: ResultStore, pending: list[Attempt]) -> None:
     again = sum(1 for task_id, a in pending if log.tries(task_id, a) and log.tries(task_id, a) % (
         1 + cfg.eval.max_error_retries) == 0)
     if again:
-        print(f"note: playing {again} attempt(s) again whose tries all ended in errors (each gets "
-              f"{1 + cfg.eval.max_error_retries} more tries; eval.resume_error_retries="
-              f"{cfg.eval.resume_error_retries} rounds after the first)", file=sys.stderr)
+        print(f"note: playing again {again} attempt(s) whose tries all ended in errors: up to "
+              f"{1 + cfg.eval.max_error_retries} more tries each (eval.resume_error_retries="
+              f"{cfg.eval.resume_error_retries} bounds how many runs of this command do so)", file=sys.stderr)
 
 
 async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,

@@ -2,13 +2,15 @@
 an earlier one left in error (`eval.resume_error_retries` rounds at most), and the eval summary, summary.json,
 report.md and the viewer's runs page say how many attempts are judged, errored, abandoned and missing.
 
-The failure is an outage the command line cannot see (so the run keeps its identity): `OutagePolicy` plays the
+The failure is one the command line cannot see (so the run keeps its identity): `OutagePolicy` plays the
 oracle, but while the file `+extra.outage_file` names exists, every turn of the tasks it lists (one id a line)
-fails as a policy crash would (an endpoint that is down: `infra_error`).
+fails as a policy crash would (an endpoint that is down: `infra_error`); `CacheDeletingPolicy` deletes the
+template cache under the running eval once, as a user cleaning up might (the case the issue met).
 """
 
 from __future__ import annotations
 
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -53,6 +55,31 @@ class OutagePolicy(Policy):
         return _Outage(self.oracle.agent(context), down)
 
 
+class _DeleteOnce(Agent):
+    def __init__(self, inner: Agent, templates: Path, armed: Path):
+        self.inner, self.templates, self.armed = inner, templates, armed
+
+    async def act(self, messages, tools):  # the Agent signature
+        if self.armed.exists():
+            self.armed.unlink()
+            shutil.rmtree(self.templates)
+        return await self.inner.act(messages, tools)
+
+
+class CacheDeletingPolicy(Policy):
+    name = "cache_deleting"
+
+    def __init__(self, workdir: Path):
+        self.oracle, self.workdir = OraclePolicy(), workdir
+
+    @classmethod
+    def from_config(cls, setup: PolicySetup) -> CacheDeletingPolicy:
+        return cls(Path(setup.extra["workdir"]))
+
+    def agent(self, context):
+        return _DeleteOnce(self.oracle.agent(context), self.workdir / "templates", self.workdir / "armed")
+
+
 def overrides(tmp_path: Path, *extra: str) -> list[str]:
     return ["tasks=mock", "policy._target_=tests.campaign.test_resume_errors.OutagePolicy", "policy.name=outage",
             f"+extra.outage_file={tmp_path / 'outage'}", "eval.attempts=2", "eval.max_error_retries=1",
@@ -94,7 +121,7 @@ def test_a_run_left_in_error_is_played_again_by_the_same_command_and_gets_its_ve
     assert second.pass_at_1 == 1.0 and second.tally.judged == 6 and second.tally.errored == 0
     assert set(tries_per_attempt(second.run_dir).values()) == {3}  # 2 errors, then the verdict
     out = capsys.readouterr()
-    assert "note: playing 6 attempt(s) again whose tries all ended in errors" in out.err
+    assert "note: playing again 6 attempt(s) whose tries all ended in errors: up to 2 more tries each" in out.err
     assert "6 of 6 attempts judged" in out.out
 
 
@@ -125,3 +152,20 @@ def test_the_replays_are_bounded_and_every_report_shows_what_is_left(tmp_path):
         runs[0].close()
     assert ('<p class="tally">4 of 6 attempts judged (pass@1 is over these); 2 errored, 0 excluded, '
             '0 abandoned (failures), 0 missing</p>') in html
+
+
+def test_the_template_cache_deleted_under_a_running_eval_costs_nothing_once_the_command_is_run_again(tmp_path, capsys):
+    workdir = tmp_path / "db"
+    workdir.mkdir()
+    (workdir / "armed").touch()  # the first turn of the first command deletes backend.workdir/templates
+    words = ["tasks=mock", "policy._target_=tests.campaign.test_resume_errors.CacheDeletingPolicy",
+             "policy.name=cache_deleting", f"+extra.workdir={workdir}", "eval.attempts=4", "eval.concurrency=1",
+             "eval.workers=1"]
+    first = run(make_cfg(tmp_path, *words))
+    assert first.tally.errored > 0 and first.tally.judged + first.tally.errored == 12  # the clones failed after it
+    assert f"{first.tally.judged} of 12 attempts judged" in capsys.readouterr().out
+    second = run(make_cfg(tmp_path, *words))  # the same command: the cache is made again, the errored replayed
+    assert second.run_dir == first.run_dir and second.pass_at_1 == 1.0
+    assert second.tally == AttemptTally(asked=12, judged=12, errored=0, excluded=0, abandoned=0, missing=0)
+    print(f"template cache deleted mid-eval: {first.tally.errored} of 12 attempts errored; after the same command "
+          f"again: {second.tally.judged} of 12 judged")

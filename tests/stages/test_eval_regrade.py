@@ -197,6 +197,7 @@ def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
     rows = wandb_reader.history(summary.run_dir, wait_for="eval/pass_at_1")
     metrics = {k: v for row in rows for k, v in row.items()}
     assert metrics["eval/pass_at_1"] == 1 and metrics["eval/mock/pass_at_1"] == 1
+    assert metrics["eval/attempts/judged"] == 3 and metrics["eval/attempts/missing"] == 0  # beside the metrics
     assert metrics["eval/outcome/success"] == 3 and metrics["eval/n_tasks"] == 3
     families = wandb_reader.table(summary.run_dir, "eval/families")
     assert families["columns"][0] == "family" and sorted(r[0] for r in families["data"]) == [
