@@ -169,3 +169,13 @@ def test_the_template_cache_deleted_under_a_running_eval_costs_nothing_once_the_
     assert second.tally == AttemptTally(asked=12, judged=12, errored=0, excluded=0, abandoned=0, missing=0)
     print(f"template cache deleted mid-eval: {first.tally.errored} of 12 attempts errored; after the same command "
           f"again: {second.tally.judged} of 12 judged")
+
+
+def test_a_command_never_replays_its_own_error_tries(tmp_path):
+    # an adaptive probe plays a campaign per round over growing attempt ranges: the attempts its round 1 left in
+    # error are the next command's to play again, not round 2's (one round of 1 + max_error_retries tries each)
+    (tmp_path / "outage").write_text("mock/nickname/1")
+    probe = run(make_cfg(tmp_path, "stage=probe", *overrides(tmp_path, "probe.attempts=8")))
+    tries = tries_per_attempt(probe.run_dir)
+    assert {n for (task, _), n in tries.items() if task == "mock/nickname/1"} == {2}
+    assert len([key for key in tries if key[0] == "mock/nickname/1"]) > 4  # rounds after the first ran
