@@ -112,6 +112,7 @@ def check_served_attempts(cfg: Config) -> None:
 def check_episode_limits(cfg: Config) -> None:
     """Error re-runs and the turn cap of the episodes a campaign plays (their waits: check_episode_timeouts)."""
     _at_least(cfg, "eval.max_error_retries", 0)
+    _at_least(cfg, "eval.resume_error_retries", 0)
     if cfg.eval.max_turns is not None:
         _at_least(cfg, "eval.max_turns", 1)
 

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tbx.errors import TbxError
-from tbx.records import ERROR_OUTCOMES, Outcome, OutcomeCounts, OutcomeSummary, StoredTry
+from tbx.records import ERROR_OUTCOMES, AttemptTally, Outcome, OutcomeCounts, OutcomeSummary, StoredTry
 
 VERDICTS = (Outcome.SUCCESS, Outcome.FAILURE, Outcome.ABANDONED)  # outcomes with a reward (1, 0, 0)
 
@@ -70,8 +70,8 @@ def outcome_summary(records: Sequence[StoredTry]) -> OutcomeSummary:
         tool_calls=tools["tool_calls"], tool_errors=tools["tool_errors"], malformed_calls=tools["malformed_calls"])
 
 
-def format_summary(summary: OutcomeSummary, title: str) -> str:
-    """A plain-text table for the terminal."""
+def format_summary(summary: OutcomeSummary, title: str, tally: AttemptTally | None = None) -> str:
+    """A plain-text table for the terminal, with where the attempts asked stand (`tally`) below it."""
     def pct(value: float | None) -> str:
         return "   n/a" if value is None else f"{100 * value:6.1f}%"
 
@@ -86,6 +86,8 @@ def format_summary(summary: OutcomeSummary, title: str) -> str:
     if summary.counts["abandoned"]:
         lines.append(f"fail includes {summary.counts['abandoned']} abandoned (the agent left before the user "
                      "ended the conversation)")
+    if tally is not None:
+        lines.append(tally.line())
     return "\n".join(lines)
 
 
@@ -376,3 +378,12 @@ def check_inventory(records: Iterable[Attempt], task_ids: Iterable[str], attempt
         if str(record.outcome) in JUDGED and int(record.attempt) < attempts:
             have[record.task_id].add(int(record.attempt))
     return [(task, len(have[task]), attempts) for task in sorted(set(task_ids)) if len(have[task]) < attempts]
+
+
+def attempt_tally(records: Iterable[Attempt], asked: Iterable[str], attempts: int) -> AttemptTally:
+    """How the `attempts` asked of each task of `asked` ended, from final tries (others are left out)."""
+    tasks = set(asked)
+    counts = Counter(Outcome(r.outcome) for r in records if r.task_id in tasks and int(r.attempt) < attempts)
+    return AttemptTally(asked=len(tasks) * attempts, judged=sum(counts[o] for o in VERDICTS),
+                        errored=sum(counts[o] for o in ERROR_OUTCOMES), excluded=counts[Outcome.EXCLUDED],
+                        abandoned=counts[Outcome.ABANDONED], missing=len(tasks) * attempts - sum(counts.values()))

@@ -233,6 +233,23 @@ class OutcomeSummary(OutcomeCounts):
     malformed_calls: int
 
 
+@dataclass(frozen=True, slots=True)
+class AttemptTally:
+    """Where a run's asked attempts (tasks x attempts) stand, shown beside every metric so a result that shrank
+    says by how much: pass@1 is over `judged` only (tbx.metrics.attempt_tally counts)."""
+
+    asked: int
+    judged: int  # reached a verdict: success, failure or abandoned
+    errored: int  # the final try ended in an error outcome (infrastructure, user simulator, verifier)
+    excluded: int  # judge rules with no judge
+    abandoned: int  # verdicts (failures) where a served agent left before the user ended the conversation
+    missing: int  # asked, with no try stored (not played yet)
+
+    def line(self) -> str:
+        return (f"{self.judged} of {self.asked} attempts judged (pass@1 is over these); {self.errored} errored, "
+                f"{self.excluded} excluded, {self.abandoned} abandoned (failures), {self.missing} missing")
+
+
 # --- the frozen pool ------------------------------------------------------------------------------------------
 
 def manifest_hash(manifest: Mapping[str, object]) -> str:

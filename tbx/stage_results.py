@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tbx.records import OutcomeSummary
+from tbx.records import AttemptTally, OutcomeSummary
 
 if TYPE_CHECKING:
     from tbx.report.tables import Table
@@ -54,6 +54,7 @@ class EvalResult(OutcomeSummary):
     attempts: int
     error_tries: int  # tries that ended in an error outcome (re-run ones included)
     cost_usd: float  # every try's
+    tally: AttemptTally  # the attempts asked: judged, errored, excluded, abandoned, missing
     exit_code: int = 0  # EXIT_NO_VERDICT when every attempt errored
 
     @staticmethod

@@ -16,7 +16,7 @@ import pytest
 
 from tbx.campaign.run_folder import headline as eval_headline
 from tbx.launch import run_stage
-from tbx.metrics import outcome_summary
+from tbx.metrics import attempt_tally, outcome_summary
 from tbx.records import StoredTry
 from tbx.runs import read_run_meta
 from tbx.stage_results import EvalResult
@@ -68,8 +68,12 @@ def test_a_resumed_run_finds_nothing_to_play_and_sums_up_as_it_did(runs):
         assert [r.try_index for r in store.records if (r.task_id, r.attempt) == (JUDGED, 2)] == [0, 1, 2]
         summary = EvalResult.of(outcome_summary(finals), **eval_headline(finals, 3), k=3,
                                 run_dir=json.loads(written)["run_dir"], policy="coin", tasks="files", attempts=3,
-                                error_tries=store.error_tries(), cost_usd=sum(r.cost_usd for r in store.records))
-        assert json.dumps(summary.to_json(), indent=2) == written  # summary.json, byte for byte
+                                error_tries=store.error_tries(), cost_usd=sum(r.cost_usd for r in store.records),
+                                tally=attempt_tally(finals, meta["tasks"], 3))
+        today = summary.to_json()
+        assert today.pop("tally") == {"asked": 9, "judged": 8, "errored": 1, "excluded": 0, "abandoned": 0,
+                                      "missing": 0}  # a key summary.json has had since
+        assert json.dumps(today, indent=2) == written  # summary.json, byte for byte
         store.append(replace(finals[0], attempt=3), 0.0)  # a try stored today lands beside the old ones
     finally:
         store.close()
@@ -87,7 +91,7 @@ def test_the_report_gives_the_figures_it_gave(runs, tmp_path):
     assert before_after["successful attempts"] == (0, 5, 5) and before_after["judged attempts"] == (9, 8, -1)
     assert before_after["errors and exclusions (not failures)"] == (0, 1, 1)
     assert report.tables[1].rows == (("null", "null", 0.0, 0.0, 0.0, 0, 0, 0), ("coin", "coin", 62.5, 100.0, 0.0, 5, 0, 3))
-    assert "| coin | coin | 3 | 3 | 8 | user_sim_error 1 | 1 |" in Path(report.markdown).read_text()
+    assert "| coin | coin | 3 | 3 | 8 | user_sim_error 1 | 0 · 1 · 0 of 9 | 1 |" in Path(report.markdown).read_text()
 
 
 def test_the_viewer_shows_what_was_stored(runs, tmp_path):

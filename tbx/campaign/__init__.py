@@ -15,7 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from tbx.campaign.attempts import episode_seed, pending_attempts, play_attempts
+from tbx.campaign.attempts import episode_seed, pending_attempts, play_attempts, say_replayed
 from tbx.campaign.prepare import prepare_all, write_runtimes
 from tbx.campaign.run_folder import OpenRun, open_run, validate_eval, write_summary
 from tbx.campaign.workers import plan_workers, run_in_workers
@@ -30,7 +30,8 @@ __all__ = ["OpenRun", "episode_seed", "open_run", "prepare_all", "run_campaign",
 
 async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
                        attempts: dict[str, range], label: str, run_dir: Path) -> None:
-    """Run every (task, attempt) of `attempts` that is not final in `log`: in this process, or over
+    """Run every (task, attempt) of `attempts` that is not final in `log` (attempts an earlier command left in
+    error included, within `eval.resume_error_retries`): in this process, or over
     worker processes (`plan_workers`), `eval.concurrency` at once in each; record what served the policy
     in `run_dir`'s run.json. Each attempt is claimed in the store first, so however many processes run,
     every attempt is played once and gets one verdict."""
@@ -38,6 +39,7 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
     pending = pending_attempts(cfg, log, attempts)
     if not pending:
         return
+    say_replayed(cfg, log, pending)
     workers = plan_workers(cfg, len(pending))
     bar = tqdm(total=len(pending), desc=f"{label} {cfg.policy.name}" + (f" ({workers} workers)" if workers > 1 else ""),
                unit="ep", file=sys.stderr, disable=False, mininterval=2.0, dynamic_ncols=True)

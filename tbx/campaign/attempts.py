@@ -2,6 +2,11 @@
 final (error outcomes re-run up to `eval.max_error_retries` times with the attempt's own seed), store
 every try under the claim.
 
+An attempt whose every try ended in an error is played again by a later command, a round of
+1 + `eval.max_error_retries` tries each, for at most `eval.resume_error_retries` more rounds
+(`try_limit`): an infrastructure failure that has passed does not leave the run short for good, and one
+that has not passed costs a bounded number of tries.
+
 `eval.concurrency` consumers take attempts from a source in order; one held by another process (a
 worker of this campaign never holds another's: the source hands each attempt to one of them) is set
 aside and looked at again once the source is empty, so every attempt is played by one process and
@@ -57,10 +62,43 @@ class HeldNotice:
                   "plays the others, then waits for those (nothing runs twice)", file=sys.stderr)
 
 
+def try_limit(tries: int, max_error_retries: int, resume_error_retries: int) -> int:
+    """How many tries an attempt whose `tries` stored tries all ended in errors may have once this command is
+    done with it: the rest of its round of 1 + max_error_retries tries (a killed command's round is finished)
+    or a new round, and never more than 1 + resume_error_retries rounds in all.
+
+    max_error_retries=2, resume_error_retries=1: 0 tries -> 3; 2 (a killed round) -> 3; 3 -> 6; 6 -> 6 (done).
+    """
+    per_round = 1 + max_error_retries
+    return min(per_round * (1 + resume_error_retries), (tries // per_round + 1) * per_round)
+
+
+def round_retries(cfg: Config, tries: int) -> int:
+    """The re-runs (as `is_final` counts them) an attempt with `tries` stored tries may reach in this command."""
+    return try_limit(tries, cfg.eval.max_error_retries, cfg.eval.resume_error_retries) - 1
+
+
+def final_retries(cfg: Config) -> int:
+    """The re-runs (as `is_final` counts them) after which an attempt left in error is final for good."""
+    return (1 + cfg.eval.max_error_retries) * (1 + cfg.eval.resume_error_retries) - 1
+
+
 def pending_attempts(cfg: Config, log: ResultStore, attempts: dict[str, range]) -> list[Attempt]:
-    """Every (task, attempt) of `attempts` that is not final in `log`, task by task."""
+    """Every (task, attempt) of `attempts` that is not final in `log` for this command, task by task: not
+    played, cut short, or left in error by an earlier command with a round of re-runs still allowed (an
+    attempt this command left in error waits for the next command)."""
     return [(task_id, a) for task_id, indices in attempts.items() for a in indices
-            if not log.is_final(task_id, a, cfg.eval.max_error_retries)]
+            if not log.is_final(task_id, a, round_retries(cfg, log.tries_at_open(task_id, a)))]
+
+
+def say_replayed(cfg: Config, log: ResultStore, pending: list[Attempt]) -> None:
+    """One line when this command plays attempts again that an earlier one left in error."""
+    again = sum(1 for task_id, a in pending if log.tries(task_id, a) and log.tries(task_id, a) % (
+        1 + cfg.eval.max_error_retries) == 0)
+    if again:
+        print(f"note: playing again {again} attempt(s) whose tries all ended in errors: up to "
+              f"{1 + cfg.eval.max_error_retries} more tries each (eval.resume_error_retries="
+              f"{cfg.eval.resume_error_retries} bounds how many runs of this command do so)", file=sys.stderr)
 
 
 async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
@@ -73,14 +111,13 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
     if run_dir is not None:
         record_engine(run_dir, policy.engine())
     notice, waiting, sessions = HeldNotice(), deque(), ToolSessions()
-    retries, limits = cfg.eval.max_error_retries, episode_limits(cfg)
+    final, limits = final_retries(cfg), episode_limits(cfg)
 
     async def play(task_id: str, index: int) -> None:
-        played = 0
+        retries = round_retries(cfg, log.tries(task_id, index))  # this command's round (the claim read the tries)
         while not log.is_final(task_id, index, retries):
-            if played:
+            if log.tries(task_id, index):
                 retried()
-            played += 1
             seed, fault_seed = try_seeds(cfg.seed, log, task_id, index)
             result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed, limits,
                                        faults=cfg.faults, fault_seed=fault_seed, sessions=sessions)
@@ -88,7 +125,7 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
 
     async def attempt(task_id: str, index: int) -> bool:
         """Play the attempt if this process can claim it; False while another live process holds it."""
-        state, owner = log.claim(task_id, index, retries)
+        state, owner = log.claim(task_id, index, final)
         if state is Claim.HELD:
             notice(owner)
             return False

@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,7 +25,7 @@ from tbx.config import Config
 from tbx.durable import write_text
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.faults import validate_faults
-from tbx.metrics import format_summary, outcome_summary, outcomes_from_records, summarize
+from tbx.metrics import attempt_tally, format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.records import StoredTry
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink
@@ -81,6 +81,7 @@ def log_summary(cfg: Config, run_dir: Path, summary: EvalResult, prefix: str,
                                                                    "n_tasks", "episodes", "cost_usd")
                if getattr(summary, key) is not None}
     metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary.counts.items()}
+    metrics |= {f"{prefix}/attempts/{name}": count for name, count in asdict(summary.tally).items()}
     for domain, group in summary.by_domain.items():
         if group.pass_at_1 is not None:
             metrics[f"{prefix}/{domain}/pass_at_1"] = group.pass_at_1
@@ -158,13 +159,14 @@ def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterab
     summary = EvalResult.of(outcomes, **headline(records, cfg.eval.attempts), k=cfg.eval.attempts,
                             run_dir=str(run_dir), policy=label, tasks=cfg.tasks.name, attempts=cfg.eval.attempts,
                             error_tries=log.error_tries(), cost_usd=sum(r.cost_usd for r in log.records),
+                            tally=attempt_tally(records, {t for t, _ in wanted}, cfg.eval.attempts),
                             exit_code=EXIT_NO_VERDICT if no_verdict else 0)
     text = json.dumps(summary.to_json(), indent=2)
     write_text(run_dir / "summary.json", text)
     log_summary(cfg, run_dir, summary, "eval", records)
     if cfg.summary_path:
         write_text(cfg.summary_path, text, "summary_path")
-    print(format_summary(outcomes, title), file=out or sys.stdout)
+    print(format_summary(outcomes, title, summary.tally), file=out or sys.stdout)
     print(f"look at the episodes: {viewer_command([str(run_dir)])}", file=out or sys.stdout)
     if no_verdict:
         print(f"no attempt reached a verdict ({summary.errors} errors, {summary.counts['excluded']} "

@@ -45,8 +45,12 @@ class EvalConfig:
     workers: int | None = field(default=None, metadata=NOT_IDENTITY)
     shard: int = field(default=0, metadata=NOT_IDENTITY)  # this job's shard of the task list
     num_shards: int = field(default=1, metadata=NOT_IDENTITY)
-    # re-runs of an attempt that ended in an error outcome
+    # re-runs of an attempt that ended in an error outcome, within one command
     max_error_retries: int = field(default=2, metadata=NOT_IDENTITY)
+    # Commands after the first that play an attempt again whose every try ended in an error outcome (the same
+    # command re-run: another round of 1 + max_error_retries tries each), so an infrastructure failure that has
+    # passed (a deleted template cache, a server that was down) never leaves the run short. 0: never again.
+    resume_error_retries: int = field(default=1, metadata=NOT_IDENTITY)
     max_turns: int | None = None  # cap every task's turn limit (quick CPU runs); null: the task's own
     # Longest wait for one tool call, harness DB connection, clone, state dump, user reply or judge call
     # (and PostgreSQL's statement_timeout) before the episode becomes an error outcome of that site's

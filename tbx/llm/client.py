@@ -4,7 +4,9 @@ The policy, the LLM user and the LLM judge all talk to such endpoints; this modu
 HTTP seam. It owns what every caller needs and none should re-implement: bounded retries with
 exponential backoff and jitter (timeouts, connection errors, 429, 5xx), a concurrency limit, the
 API key read from an environment variable at call time (never stored, logged or shown in an
-error). Our messages go out through `tbx.llm.wire`; what comes back is read by `tbx.llm.parsing`.
+error), and masked (`***`) in everything the endpoint sends back: a reply that repeats the key (a
+misbehaving or hostile provider) reaches the transcript, the tools, the store, the tables and the logs
+without it, as an error body does. Our messages go out through `tbx.llm.wire`; what comes back is read by `tbx.llm.parsing`.
 
 After the retries are spent it raises `EndpointError` (an `InfraError`) naming the endpoint and the
 cause; callers that are not the agent's endpoint (user, judge) re-raise it as their own error.
@@ -13,6 +15,7 @@ cause; callers that are not the agent's endpoint (user, judge) re-raise it as th
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import random
@@ -177,6 +180,7 @@ class ChatClient:
             message = choice["message"]
             if not isinstance(message, dict):
                 raise TypeError("message is not an object")
+            message = mask_secret(message, self._known_key())
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise _RetryableError(f"unreadable response body ({error}): {self._snippet(response.text)}",
                                   status=response.status_code) from None
@@ -207,13 +211,30 @@ class ChatClient:
                               f"export {self.endpoint.api_key_env}=<key>, or set api_key_env: null for a keyless server")
         return key
 
+    def _known_key(self) -> str | None:
+        """The key as it stands now (None when there is none), to mask; never an error."""
+        return os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
+
     def _snippet(self, text: str, limit: int = 300) -> str:
         """A short, key-free excerpt of a response body for error messages."""
-        key = os.environ.get(self.endpoint.api_key_env) if self.endpoint.api_key_env else None
-        if key:
-            text = text.replace(key, "***")
-        text = " ".join(text.split())
+        text = " ".join(mask_secret(text, self._known_key()).split())
         return text[:limit] + ("..." if len(text) > limit else "")
+
+
+def mask_secret(value: Any, secret: str | None) -> Any:
+    """`value` (a string, or lists and mappings of them, as JSON reads) with every copy of `secret` replaced
+    by `***`, raw or as it reads inside a JSON string (a tool call's arguments); other values as they are."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        for form in dict.fromkeys((secret, json.dumps(secret)[1:-1])):
+            value = value.replace(form, "***")
+        return value
+    if isinstance(value, dict):
+        return {key: mask_secret(item, secret) for key, item in value.items()}
+    if isinstance(value, list):
+        return [mask_secret(item, secret) for item in value]
+    return value
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -100,12 +100,14 @@ def _uncertainty_markdown(stats: Sequence[RunStats]) -> str:
 
 
 def _runs_markdown(stats: Sequence[RunStats]) -> str:
-    lines = ["| run | agent | tasks | k | judged attempts | errors / exclusions | incomplete tasks |",
-             "|---|---|---:|---:|---:|---|---:|"]
+    lines = ["| run | agent | tasks | k | judged attempts | errors / exclusions | missing · errored · abandoned "
+             "of asked | incomplete tasks |", "|---|---|---:|---:|---:|---|---:|---:|"]
     for s in stats:
         errors = ", ".join(f"{name} {n}" for name, n in s.errors.items() if n) or "none"
+        t = s.tally
         lines.append(f"| {s.name} | {s.run.model_name} | {s.summary.n_tasks} | {s.summary.k} | "
-                     f"{s.summary.attempts:,} | {errors} | {len(s.summary.incomplete)} |")
+                     f"{s.summary.attempts:,} | {errors} | {t.missing} · {t.errored} · {t.abandoned} of {t.asked:,} | "
+                     f"{len(s.summary.incomplete)} |")
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from tbx.metrics import (
     FlipStats,
     PassCurves,
     Summary,
+    attempt_tally,
     bootstrap_ci,
     flip_stats,
     outcomes_from_records,
@@ -20,7 +21,7 @@ from tbx.metrics import (
     summarize,
 )
 from tbx.paired import PairedDifference, paired_difference
-from tbx.records import StoredTry
+from tbx.records import AttemptTally, StoredTry
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class RunStats:
     flips: FlipStats
     curves: PassCurves
     ci: BootstrapCI
+    tally: AttemptTally  # the attempts asked (the run's task set x k): judged, errored, abandoned, missing
 
     @property
     def name(self) -> str:
@@ -93,7 +95,8 @@ def compute_stats(run: RunData, rng: np.random.Generator, resamples: int = 2000)
         flips=flip_stats(outcomes),
         curves=pass_curves(outcomes, attempts=run.k, allow_incomplete=run.allow_incomplete),
         ci=bootstrap_ci(outcomes, rng, attempts=run.k, allow_incomplete=run.allow_incomplete,
-                        resamples=resamples))
+                        resamples=resamples),
+        tally=attempt_tally(run.records, set(run.tasks or ()) | set(outcomes), run.k))
 
 
 @dataclass(frozen=True)

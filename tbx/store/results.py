@@ -191,6 +191,8 @@ class ResultStore:
         self.records: list[StoredTry] = []
         if read_tries:  # a campaign worker reads an attempt's tries when it claims it, not every try up front
             self.refresh()
+        # each attempt's tries when this command opened the store: what earlier commands left (see tries_at_open)
+        self._at_open = {key: len(tries) for key, tries in self._tries.items()}
 
     def refresh(self) -> None:
         """Read this run's tries again (other processes may have stored some)."""
@@ -243,6 +245,13 @@ class ResultStore:
 
     def tries(self, task_id: str, attempt: int) -> int:
         return len(self._tries.get((task_id, attempt), ()))
+
+    def tries_at_open(self, task_id: str, attempt: int) -> int:
+        """The attempt's tries stored before this command opened the store (earlier commands' tries), so a
+        command that plays a campaign more than once (the rounds of an adaptive probe) tells its own error
+        tries from those it may play again (`tbx.campaign.attempts.try_limit`). 0 for a store opened with
+        read_tries=False."""
+        return self._at_open.get((task_id, attempt), 0)
 
     def is_final(self, task_id: str, attempt: int, max_error_retries: int) -> bool:
         tries = self._tries.get((task_id, attempt), [])  # a lookup adds no empty entry for final_records

@@ -16,7 +16,7 @@ import numpy as np
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tbx.backend.state import canonical
-from tbx.metrics import bootstrap_ci, outcomes_from_records, summarize
+from tbx.metrics import attempt_tally, bootstrap_ci, outcomes_from_records, summarize
 from tbx.paired import paired_difference
 from tbx.records import StoredTry
 from tbx.view.store import JUDGE_DECISIONS, OUTCOMES, AttemptFilter, AttemptRow, StoredRun
@@ -68,7 +68,9 @@ def headline(run: StoredRun) -> dict[str, Any]:
                       "errors": sum(r.outcome not in ("success", "failure", "abandoned") for r in in_group),
                       "cost": sum(r.cost_usd for r in in_group), "tokens": sum(r.tokens for r in in_group),
                       "attempts": len(in_group)})
-    return {"run": run, "lines": lines, "errors": {k: v for k, v in errors.items() if v}}
+    asked = set(run.meta.get("tasks") or ()) | set(outcomes)  # the run's task set (run.json), else as stored
+    tally = attempt_tally(rows, asked, run.k) if run.stage in ("eval", "serve") else None  # k attempts asked
+    return {"run": run, "lines": lines, "errors": {k: v for k, v in errors.items() if v}, "tally": tally}
 
 
 def runs_page(runs: Sequence[StoredRun], links: Any, curves: dict[int, bool]) -> str:

@@ -120,6 +120,8 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=pipeline", "grpo.kl_coef=0.01"], "conf/grpo", "grpo.kl_coef", "grpo.kl_coef=0"),
     (["stage=eval", "eval.attempts=0"], "conf/config.yaml", "eval.attempts", "eval.attempts >= 1"),
     (["stage=eval", "eval.max_turns=0"], "conf/config.yaml", "eval.max_turns", "eval.max_turns >= 1"),
+    (["stage=eval", "eval.resume_error_retries=-1"], "conf/config.yaml", "eval.resume_error_retries",
+     "eval.resume_error_retries >= 0"),
     (["stage=validate", "eval.workers=0"], "conf/config.yaml", "eval.workers", "eval.workers >= 1"),
     (["stage=eval", "policy=model", "model=openai_endpoint"], "conf/model/openai_endpoint.yaml",
      "model.endpoint.base_url", "model.endpoint.base_url=http://HOST:PORT/v1"),

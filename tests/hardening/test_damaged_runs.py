@@ -129,22 +129,27 @@ def test_a_secret_in_an_unknown_key_is_not_echoed():
 
 
 def test_ctrl_c_mid_eval_is_one_line_and_resumes(tmp_path):
-    args = ["stage=eval", "tasks=mock", "policy._target_=tests.launch.SlowCoinPolicy", "policy.name=slowcoin",
-            "+extra.turn_delay_s=2", "eval.attempts=4", f"out_root={tmp_path}/out", f"backend.workdir={tmp_path}/db",
-            "logger=none", f"hydra.run.dir={tmp_path}/hydra"]
+    # The policy holds every turn until `gate` exists and creates `started` when one waits: the SIGINT lands
+    # while an episode is surely in flight (no sleep to guess it), and the gate opens for the resume only.
+    started, gate = tmp_path / "turn-waiting", tmp_path / "gate-open"
+    args = ["stage=eval", "tasks=mock", "policy._target_=tests.launch.GatedCoinPolicy", "policy.name=gatedcoin",
+            f"+extra.started_file={started}", f"+extra.gate_file={gate}", "eval.attempts=4",
+            f"out_root={tmp_path}/out", f"backend.workdir={tmp_path}/db", "logger=none",
+            f"hydra.run.dir={tmp_path}/hydra"]
     log = tmp_path / "log.txt"
     with log.open("w") as handle:
         proc = subprocess.Popen([sys.executable, "launch.py", *args], stdout=handle, stderr=subprocess.STDOUT,
                                 cwd=ROOT)
         deadline = time.monotonic() + 240
-        while "eval slowcoin" not in log.read_text() and time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.2)
-        time.sleep(1)
+        while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        assert started.exists() and proc.poll() is None, log.read_text()[-3000:]
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(60)
     text = log.read_text()
     assert rc == 130 and "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert text.strip().splitlines()[-1].startswith("interrupted (Ctrl-C)")
+    gate.touch()
     resumed = subprocess.run([sys.executable, "launch.py", *args], capture_output=True, text=True, cwd=ROOT,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -2,11 +2,15 @@
 
 `SlowCoinPolicy` is `tests.stages.coin.CoinPolicy` with a pause before every assistant turn
 (`+extra.turn_delay_s=...`), so that a job is still running when a test preempts or cancels it.
+`GatedCoinPolicy` holds every assistant turn until a file exists (`+extra.gate_file=...`) and says
+that a turn is waiting by creating `+extra.started_file=...`, so a test signals a run it knows is
+mid-episode, however loaded the machine.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -52,3 +56,32 @@ class SlowCoinPolicy(Policy):
 
     def agent(self, context):
         return _SlowAgent(self.coin.agent(context), self.delay_s)
+
+
+GATE_WAIT_S = 300.0  # a gate nobody opens (a test that died) lets the turn go on after this
+
+
+class _GatedAgent(Agent):
+    def __init__(self, inner: Agent, started: Path, gate: Path):
+        self.inner, self.started, self.gate = inner, started, gate
+
+    async def act(self, messages, tools):  # the Agent signature
+        self.started.touch()
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not self.gate.exists() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return await self.inner.act(messages, tools)
+
+
+class GatedCoinPolicy(Policy):
+    name = "gatedcoin"
+
+    def __init__(self, started: Path, gate: Path):
+        self.coin, self.started, self.gate = CoinPolicy(), started, gate
+
+    @classmethod
+    def from_config(cls, setup: PolicySetup) -> GatedCoinPolicy:
+        return cls(Path(setup.extra["started_file"]), Path(setup.extra["gate_file"]))
+
+    def agent(self, context):
+        return _GatedAgent(self.coin.agent(context), self.started, self.gate)

@@ -205,6 +205,20 @@ def test_api_key_is_sent_as_bearer_but_never_shown(server, monkeypatch):
     assert "HTTP 401" in text and "invalid key ***" in text and KEY not in text
 
 
+def test_a_reply_that_repeats_the_key_comes_back_masked(server, monkeypatch):
+    # a hostile provider: the key in the text, the reasoning, and a tool call's arguments (a JSON string, where
+    # a key holding a quote reads escaped)
+    key = 'sk-"quoted"-4f2a'
+    monkeypatch.setenv(KEY_ENV, key)
+    call = {"id": "c1", "type": "function", "function": {"name": "get_account", "arguments":
+                                                          '{"account_id": 1, "memo": "sk-\\"quoted\\"-4f2a"}'}}
+    server.script(completion({"role": "assistant", "content": f"the key is {key}", "reasoning_content": key,
+                              "tool_calls": [call]}))
+    result = chat(client(server, api_key_env=KEY_ENV))
+    assert result.message["content"] == "the key is ***" and result.message["reasoning_content"] == "***"
+    assert result.message["tool_calls"][0]["function"]["arguments"] == '{"account_id": 1, "memo": "***"}'
+
+
 def test_missing_api_key_variable_fails_at_build_time(server, monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
     with pytest.raises(ConfigError, match=f"export {KEY_ENV}="):

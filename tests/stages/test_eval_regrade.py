@@ -186,7 +186,8 @@ def test_a_report_of_a_run_killed_between_tasks_is_refused(tmp_path):
         run(make_cfg(tmp_path, "stage=report", runs))
     assert error.value.field == "report.allow_incomplete"
     allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
-    assert "| 2 | 2 | 4 | none | 1 |" in Path(allowed.markdown).read_text()  # tasks, k, attempts, errors, incomplete
+    # tasks, k, attempts, errors, missing · errored · abandoned of asked, incomplete
+    assert "| 2 | 2 | 4 | none | 2 · 0 · 0 of 6 | 1 |" in Path(allowed.markdown).read_text()
 
 
 def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
@@ -196,6 +197,7 @@ def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
     rows = wandb_reader.history(summary.run_dir, wait_for="eval/pass_at_1")
     metrics = {k: v for row in rows for k, v in row.items()}
     assert metrics["eval/pass_at_1"] == 1 and metrics["eval/mock/pass_at_1"] == 1
+    assert metrics["eval/attempts/judged"] == 3 and metrics["eval/attempts/missing"] == 0  # beside the metrics
     assert metrics["eval/outcome/success"] == 3 and metrics["eval/n_tasks"] == 3
     families = wandb_reader.table(summary.run_dir, "eval/families")
     assert families["columns"][0] == "family" and sorted(r[0] for r in families["data"]) == [
