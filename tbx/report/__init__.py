@@ -99,13 +99,18 @@ def _uncertainty_markdown(stats: Sequence[RunStats]) -> str:
     return "\n".join(lines)
 
 
+def abandoned(stats: RunStats) -> int:
+    """Final tries that ended `abandoned` (a served agent left before the user ended the conversation)."""
+    return sum(outcome == "abandoned" for attempts in stats.cells.values() for outcome in attempts.values())
+
+
 def _runs_markdown(stats: Sequence[RunStats]) -> str:
-    lines = ["| run | agent | tasks | k | judged attempts | errors / exclusions | incomplete tasks |",
-             "|---|---|---:|---:|---:|---|---:|"]
+    lines = ["| run | agent | tasks | k | judged attempts | abandoned (judged, failed) | errors / exclusions | "
+             "incomplete tasks |", "|---|---|---:|---:|---:|---:|---|---:|"]
     for s in stats:
         errors = ", ".join(f"{name} {n}" for name, n in s.errors.items() if n) or "none"
         lines.append(f"| {s.name} | {s.run.model_name} | {s.summary.n_tasks} | {s.summary.k} | "
-                     f"{s.summary.attempts:,} | {errors} | {len(s.summary.incomplete)} |")
+                     f"{s.summary.attempts:,} | {abandoned(s):,} | {errors} | {len(s.summary.incomplete)} |")
     return "\n".join(lines)
 
 

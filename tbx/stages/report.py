@@ -43,7 +43,7 @@ def _plays_model(target: str) -> bool:
 
 def _agent_model(run_cfg: dict[str, Any]) -> tuple[str, float, float]:
     """The agent that played the run (as labels name it) and its prices per million tokens."""
-    if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; tbx sees no tokens of it
+    if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; its tokens are not known
         return run_cfg["serve"]["agent_name"], 0.0, 0.0
     policy, model = run_cfg["policy"], run_cfg["model"]
     if not _plays_model(policy["_target_"]):
@@ -76,7 +76,8 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     return RunData(name=name or agent, records=list(finals.values()), model_name=agent,
                    prices=parse_price_table(table, f"{run_dir}/config.yaml"), k=run_cfg["eval"]["attempts"],
                    user_model=roles.get("user", ""), judge_model=roles.get("judge", ""),
-                   allow_incomplete=allow_incomplete, billed_records=tries, tasks=meta.get("tasks"))
+                   allow_incomplete=allow_incomplete, billed_records=tries, tasks=meta.get("tasks"),
+                   unseen_roles=("agent",) if run_cfg["stage"]["name"] == "serve" else ())
 
 
 def _by_k(runs: list[RunData]) -> dict[int, list[RunData]]:
