@@ -87,7 +87,7 @@ def test_the_report_gives_the_figures_it_gave(runs, tmp_path):
     assert before_after["successful attempts"] == (0, 5, 5) and before_after["judged attempts"] == (9, 8, -1)
     assert before_after["errors and exclusions (not failures)"] == (0, 1, 1)
     assert report.tables[1].rows == (("null", "null", 0.0, 0.0, 0.0, 0, 0, 0), ("coin", "coin", 62.5, 100.0, 0.0, 5, 0, 3))
-    assert "| coin | coin | 3 | 3 | 8 | user_sim_error 1 | 1 |" in Path(report.markdown).read_text()
+    assert "| coin | coin | 3 | 3 | 8 | 0 | user_sim_error 1 | 1 |" in Path(report.markdown).read_text()  # 0 abandoned
 
 
 def test_the_viewer_shows_what_was_stored(runs, tmp_path):
