@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tbx.errors import InputError
 from tbx.records import EpisodeResult
@@ -214,3 +215,53 @@ def reliability_cost(cost: CampaignCost, successes: int, reliable_tasks: int) ->
         campaign_usd=total, successes=successes, reliable_tasks=reliable_tasks,
         per_success=total / successes if successes and total is not None else None,
         per_reliable_task=total / reliable_tasks if reliable_tasks and total is not None else None)
+
+
+@dataclass(frozen=True)
+class RunPricing:
+    """Who played each role of a stored run and at what prices, read from its config.yaml: `agent` is the
+    label of who played (a served agent's own name, a reference policy's name, else the model's name);
+    `unseen` the roles whose tokens tbx never sees (a served agent's)."""
+
+    agent: str
+    models: dict[str, str]  # role -> model name ("" where no model plays the role)
+    prices: dict[str, Prices]  # model name -> its prices (0 in and out: no price given)
+    unseen: tuple[str, ...]
+
+    @property
+    def unpriced(self) -> tuple[str, ...]:
+        """Roles played by a model with no price: their tokens' cost is not known."""
+        return tuple(role for role, model in self.models.items() if model and not self.prices[model].priced)
+
+
+def _plays_model(target: str) -> bool:
+    """Whether the policy a stored run names played its model; a custom policy that cannot be imported
+    here is labelled by its own name, like the policies that play none."""
+    from tbx.errors import ConfigError
+    from tbx.traits import traits_of
+
+    try:
+        return traits_of(target, "policy").plays_model
+    except ConfigError:
+        return False
+
+
+def run_pricing(run_cfg: Mapping[str, Any]) -> RunPricing:
+    """The pricing of a stored run from its resolved config (config.yaml as a mapping)."""
+    if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; its tokens are not known
+        agent, agent_prices, unseen = run_cfg["serve"]["agent_name"], Prices(0.0, 0.0), ("agent",)
+    elif not _plays_model(run_cfg["policy"]["_target_"]):
+        agent, agent_prices, unseen = run_cfg["policy"]["name"], Prices(0.0, 0.0), ()  # oracle, null, replay
+    else:
+        model = run_cfg["model"]
+        agent, unseen = model["name"], ()
+        agent_prices = Prices(float(model["price_input_per_mtok"] or model["endpoint"]["price_input_per_mtok"]),
+                              float(model["price_output_per_mtok"] or model["endpoint"]["price_output_per_mtok"]))
+    models, prices = {"agent": agent, "user": "", "judge": ""}, {agent: agent_prices}
+    for role in ("user", "judge"):
+        endpoint = run_cfg[role]["endpoint"]
+        if endpoint["model"]:
+            models[role] = endpoint["model"]
+            prices[endpoint["model"]] = Prices(float(endpoint["price_input_per_mtok"]),
+                                               float(endpoint["price_output_per_mtok"]))
+    return RunPricing(agent, models, prices, unseen)
