@@ -193,3 +193,22 @@ def test_training_curves_beside_a_run_are_shown(runs, tmp_path: Path) -> None:
         assert (tmp_path / "run1-curves.png").read_bytes() == path.read_bytes()
     finally:
         path.unlink()
+
+
+def test_ctrl_c_stops_the_viewer_with_one_line_and_no_resume_message(runs) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.serve.served import ROOT
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), "stage=view", f"runs=[{runs[0].run_dir}]",
+                             "view.port=0", "logger=none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT)
+    try:
+        assert "Ctrl-C stops it" in proc.stdout.readline()  # listening: the signal lands in the served loop
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert (proc.returncode, err.strip()) == (0, "viewer stopped (Ctrl-C)")
