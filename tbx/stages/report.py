@@ -2,9 +2,10 @@
 
     python launch.py stage=report 'runs=[outputs/eval-travel-null-…,outputs/eval-travel-oracle-…]'
 
-Writes report.md and PNGs into the report's run folder: before/after, models side by side
-(best and second best marked), cost and reliability, the attempts of the tasks that changed as a
-grid, a per-domain heat map, pass@k and pass^k curves. Runs are labelled by the agent that played
+Writes report.md and PNGs into the report's run folder (named by the runs' identities): before/after,
+models side by side (best and second best marked among three runs or more, never on a tie), cost and
+reliability (n/a where tbx cannot know a cost), the attempts of the tasks that changed as a grid, a
+per-domain heat map, pass@k and pass^k curves. Runs are labelled by the agent that played
 them (a served agent by its `serve.agent_name`). The bill covers every try (retried errors included);
 a task with fewer judged attempts than asked stops the report unless `report.allow_incomplete=true`.
 Runs of different k get a report per k (`k<K>/report.md`), then a one-line refusal (exit 2).
