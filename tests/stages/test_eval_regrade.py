@@ -186,7 +186,7 @@ def test_a_report_of_a_run_killed_between_tasks_is_refused(tmp_path):
         run(make_cfg(tmp_path, "stage=report", runs))
     assert error.value.field == "report.allow_incomplete"
     allowed = run(make_cfg(tmp_path, "stage=report", runs, "report.allow_incomplete=true"))
-    assert "| 2 | 2 | 4 | none | 1 |" in Path(allowed.markdown).read_text()  # tasks, k, attempts, errors, incomplete
+    assert "| 2 | 2 | 4 | 0 | none | 1 |" in Path(allowed.markdown).read_text()  # tasks, k, attempts, abandoned, errors, incomplete
 
 
 def test_wandb_offline_run_holds_the_metrics_and_tables(tmp_path):
