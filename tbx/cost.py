@@ -224,14 +224,16 @@ class RunPricing:
     `unseen` the roles whose tokens tbx never sees (a served agent's)."""
 
     agent: str
-    models: dict[str, str]  # role -> model name ("" where no model plays the role)
+    models: dict[str, str]  # role -> model name ("" where no model plays the role; the agent: its label)
     prices: dict[str, Prices]  # model name -> its prices (0 in and out: no price given)
     unseen: tuple[str, ...]
+    agent_plays_model: bool  # False for a reference policy (oracle, null, replay) and a served agent
 
     @property
     def unpriced(self) -> tuple[str, ...]:
         """Roles played by a model with no price: their tokens' cost is not known."""
-        return tuple(role for role, model in self.models.items() if model and not self.prices[model].priced)
+        played = {role: model for role, model in self.models.items() if role != "agent" or self.agent_plays_model}
+        return tuple(role for role, model in played.items() if model and not self.prices[model].priced)
 
 
 def _plays_model(target: str) -> bool:
@@ -248,9 +250,10 @@ def _plays_model(target: str) -> bool:
 
 def run_pricing(run_cfg: Mapping[str, Any]) -> RunPricing:
     """The pricing of a stored run from its resolved config (config.yaml as a mapping)."""
+    plays = run_cfg["stage"]["name"] != "serve" and _plays_model(run_cfg["policy"]["_target_"])
     if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; its tokens are not known
         agent, agent_prices, unseen = run_cfg["serve"]["agent_name"], Prices(0.0, 0.0), ("agent",)
-    elif not _plays_model(run_cfg["policy"]["_target_"]):
+    elif not plays:
         agent, agent_prices, unseen = run_cfg["policy"]["name"], Prices(0.0, 0.0), ()  # oracle, null, replay
     else:
         model = run_cfg["model"]
@@ -264,4 +267,4 @@ def run_pricing(run_cfg: Mapping[str, Any]) -> RunPricing:
             models[role] = endpoint["model"]
             prices[endpoint["model"]] = Prices(float(endpoint["price_input_per_mtok"]),
                                                float(endpoint["price_output_per_mtok"]))
-    return RunPricing(agent, models, prices, unseen)
+    return RunPricing(agent, models, prices, unseen, plays)
