@@ -4,8 +4,12 @@ A before/after comparison plays the same tasks twice, so the question is how muc
 not how far apart two independent samples are. `paired_difference` resamples the shared tasks with
 replacement (a task's attempts in both runs travel together, so their correlation widens the
 interval as it should) and takes the percentile interval of new - base for pass@1 (pooled over the
-resampled attempts), pass@k and observed k/k. Unlike `metrics.bootstrap_ci` there is no Jeffreys
-hull: a difference of 0 on every resample is exact for the tasks at hand, and the interval says so.
+resampled attempts), pass@k and observed k/k. Where both runs are all 0 or all 1 on a rate (every task
+failed, or every task passed, in each run), every resample gives the same change and the bootstrap has
+no width, though n attempts cannot show a rate exactly: there the interval is the square-and-add
+(MOVER, Newcombe 1998) combination of the two runs' Jeffreys intervals, so 0 of 10 against 0 of 10 is
+0 [-21.7, +21.7] pp, never [0, 0], as the report's text promises. Elsewhere the paired bootstrap
+stands alone (a change that every task shares exactly, +5 of 20 each, is [+25, +25] over those tasks).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tbx.metrics import Interval, pass_at_k
+from tbx.metrics import Interval, jeffreys_interval, pass_at_k
 
 RATES = ("pass_at_1", "pass_at_k", "observed_all")
 
@@ -50,6 +54,26 @@ def _arrays(outcomes: Mapping[str, Sequence[bool]], tasks: Sequence[str], k: int
     return {"n": n, "c": c, "pass_at_k": pak, "all": (c == n).astype(np.float64)}
 
 
+def _counts(a: dict[str, np.ndarray]) -> dict[str, tuple[float, float]]:
+    """(successes, trials) behind each rate: attempts for pass@1, tasks for the others."""
+    tasks = float(len(a["n"]))
+    return {"pass_at_1": (float(a["c"].sum()), float(a["n"].sum())),
+            "pass_at_k": (float(a["pass_at_k"].sum()), tasks), "observed_all": (float(a["all"].sum()), tasks)}
+
+
+def _at_bounds(successes: float, trials: float) -> bool:
+    return successes <= 0 or successes >= trials
+
+
+def mover_interval(base: tuple[float, float], new: tuple[float, float], level: float) -> tuple[float, float]:
+    """new - base from each run's (successes, trials) by square-and-add over their Jeffreys intervals."""
+    (xb, nb), (xn, nn) = base, new
+    pb, pn = xb / nb, xn / nn
+    (lb, ub), (ln, un) = jeffreys_interval(xb, nb, level), jeffreys_interval(xn, nn, level)
+    change = pn - pb
+    return change - float(np.hypot(pn - ln, ub - pb)), change + float(np.hypot(un - pn, pb - lb))
+
+
 def _rates(a: dict[str, np.ndarray], index: np.ndarray) -> dict[str, np.ndarray]:
     """Each rate over the tasks `index` picks (last axis), for every row of `index`."""
     return {"pass_at_1": a["c"][index].sum(axis=-1) / a["n"][index].sum(axis=-1),
@@ -77,8 +101,12 @@ def paired_difference(base: Mapping[str, Sequence[bool]], new: Mapping[str, Sequ
     draws = _subtract(_rates(b, index), _rates(a, index))
     tail = (1 - level) / 2
     intervals = {}
+    counts_a, counts_b = _counts(a), _counts(b)
     for rate in RATES:
         low, high = (float(q) for q in np.quantile(draws[rate], [tail, 1 - tail]))
+        if _at_bounds(*counts_a[rate]) and _at_bounds(*counts_b[rate]):  # every resample agrees: no width
+            mover = mover_interval(counts_a[rate], counts_b[rate], level)
+            low, high = min(low, mover[0]), max(high, mover[1])
         intervals[rate] = Interval(estimate[rate], low, high)
     change = b["c"] / b["n"] - a["c"] / a["n"]
     return PairedDifference(n_tasks=len(tasks), better=int((change > 0).sum()), worse=int((change < 0).sum()),

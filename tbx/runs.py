@@ -8,7 +8,8 @@ the same folder and resumes there, and a changed input never resumes an old run:
   and a group marked `STAGE_GROUP` counts only for the stages that use it (their `uses` in
   tbx/stages/registry.py), so a new field counts until someone decides otherwise;
 - the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
-  never the path itself;
+  never the path itself; the runs a report compares by their identities (run.json), in order, so
+  `runs=[a/,./b]` and `runs=[a,b]` are one report;
 - the content of every task in the set (bundled generators and the user's task files alike), with the
   policy text its agent reads (a domain's policy.md unless the task gives its own);
 - the code and text that decide a verdict or what the agent or the user sees (`CODE_PARTS`): the grader,
@@ -146,6 +147,8 @@ def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
     from tbx.traits import traits_of
 
     settings = config_settings(cfg, cfg.stage.name)
+    if "runs" in settings:  # a report of the same runs is the same report, however their paths are written
+        settings["runs"] = [stored_identity(path) for path in cfg.runs]
     if "model" in settings and traits_of(cfg.policy._target_, "policy").is_reference:
         settings.pop("model")  # oracle, null and replay play no model
     tasks = stage_tasks(cfg) if tasks is None else tasks
@@ -153,6 +156,15 @@ def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
         settings["task_content"] = hash_json(sorted((t.id, t.content_hash, hash_json(t.policy)) for t in tasks))
         settings["code"] = code_versions({t.domain for t in tasks})
     return settings
+
+
+def stored_identity(run_dir: str) -> str:
+    """The identity a run folder's run.json holds; its absolute path when it holds none (the stage that
+    reads the folder names that error)."""
+    try:
+        return str(json.loads((Path(run_dir).expanduser() / "run.json").read_text())["identity"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return str(Path(run_dir).expanduser().absolute())
 
 
 _memo: dict[str, dict[str, Any]] = {}

@@ -116,3 +116,29 @@ def test_parse_price_table() -> None:
         parse_price_table({"m": {"in": 3, "output": 15}})
     with pytest.raises(InputError, match="negative"):
         parse_price_table({"m": {"input": -1, "output": 15}})
+
+
+def test_a_stored_runs_pricing_says_which_costs_are_not_known(tmp_path) -> None:
+    from tbx.config import plain
+    from tbx.cost import run_pricing
+    from tests.stages.test_eval_regrade import make_cfg
+
+    def pricing(*overrides: str):
+        return run_pricing(plain(make_cfg(tmp_path, *overrides)))  # as config.yaml stores it
+
+    local = pricing("policy=model")  # the default model, no price given: 0 in and out
+    assert (local.agent, local.unpriced, local.unseen) == ("smollm2_135m", ("agent",), ())
+    priced = pricing("policy=model", "model.price_input_per_mtok=1", "user=llm", "user.endpoint.base_url=http://x/v1",
+                     "user.endpoint.model=sim-m", "user.endpoint.price_output_per_mtok=2")
+    assert priced.unpriced == () and priced.prices["sim-m"] == Prices(0.0, 2.0)
+    assert priced.models == {"agent": "smollm2_135m", "user": "sim-m", "judge": ""}
+    oracle = pricing("policy=oracle")  # plays no model: spends nothing, costs $0, known
+    assert (oracle.agent, oracle.unpriced, oracle.unseen) == ("oracle", (), ())
+    assert campaign_cost([record("a", 0, "success")], oracle.models, oracle.prices).total_usd == 0.0
+    served = pricing("stage=serve", "serve.agent_name=my_agent")
+    assert (served.agent, served.unseen) == ("my_agent", ("agent",))
+    bill = campaign_cost([record("a", 0, "success", agent=(0, 0))], served.models, served.prices, unseen=served.unseen)
+    assert (bill.total_usd, bill.tokens, bill.by_role()["agent"].tokens) == (None, None, None)
+    unpriced = campaign_cost([record("a", 0, "success", agent=(1_000, 10))], local.models, local.prices)
+    assert (unpriced.total_usd, unpriced.tokens) == (None, 1_010)
+    assert reliability_cost(unpriced, 1, 1).per_reliable_task is None

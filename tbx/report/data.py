@@ -31,7 +31,7 @@ class RunData:
     The agent's tokens are priced as `model_name`; the simulated user's and the judge's as
     `user_model` and `judge_model` (empty when that role spent no tokens). `k` is the attempts
     asked per task; a task with fewer judged attempts stops the report unless allow_incomplete.
-    `billed_records`, when given, are what the bill sums (every try, retried errors included);
+    A model priced 0 in and out has no price: its cost is n/a. `billed_records`, when given, are what the bill sums (every try, retried errors included);
     otherwise `records` are billed. `tasks`, when given, is the set the run was asked to play: a task of
     it without any stored try counts as short of k too (a run killed between tasks is not complete).
     """
@@ -46,6 +46,7 @@ class RunData:
     allow_incomplete: bool = False
     billed_records: Sequence[StoredTry] | None = None
     tasks: Mapping[str, str] | None = None  # the run's task set (id -> domain, from run.json); None: as stored
+    unseen_roles: tuple[str, ...] = ()  # roles whose tokens tbx never sees (a served agent's): n/a, never 0
 
     def role_models(self) -> dict[str, str]:
         return {"agent": self.model_name, "user": self.user_model, "judge": self.judge_model}
@@ -88,7 +89,7 @@ def compute_stats(run: RunData, rng: np.random.Generator, resamples: int = 2000)
     summary = summarize(outcomes | {task: [] for task in unplayed}, domains | unplayed, attempts=run.k,
                         allow_incomplete=run.allow_incomplete)
     billed = run.records if run.billed_records is None else run.billed_records
-    cost = campaign_cost(billed, run.role_models(), run.prices)
+    cost = campaign_cost(billed, run.role_models(), run.prices, unseen=run.unseen_roles)
     return RunStats(
         run=run, outcomes=outcomes, domains=domains, errors=errors, cells=cells, summary=summary, cost=cost,
         reliability=reliability_cost(cost, summary.successes, summary.tasks_all),

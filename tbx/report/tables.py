@@ -1,9 +1,10 @@
 """The report's three tables, as plain data (for W&B or JSON) and as Markdown.
 
-Table 1 compares each run with the first (the base); Table 2 puts the runs side by side and marks
-the best and second-best value of each column; Table 3 is cost and reliability. Percentages are
-kept in percent, changes in percentage points (pp); costs in USD; None means "not defined"
-(e.g. no task at k/k, so no cost per reliable task).
+Table 1 compares each run with the first (the base); Table 2 puts the runs side by side and, with
+three runs or more, marks the best and second-best value of each column (only a value one run holds
+alone: a tie is no one's best); Table 3 is cost and reliability. Percentages are kept in percent,
+changes in percentage points (pp); costs in USD; None means "not defined" or "not known" (no task at
+k/k, so no cost per reliable task; a model with no price; a served agent's tokens), shown as n/a.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from tbx.report.data import Comparison, RunStats
 
 BEST, SECOND = "best", "second"
+MARKED_RUNS = 3  # known values a column needs before it marks any: of two, Table 1 says which is higher
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,11 @@ def _delta_count(new: int, base: int, with_ratio: bool) -> str:
     return f"{new - base:+,d}{ratio}"
 
 
-RATE, COUNT, RATIO = "rate", "count", "count with ratio"
+def _delta_usd(new: float | None, base: float | None) -> str:
+    return "n/a" if new is None or base is None else f"{'+' if new >= base else '-'}${abs(new - base):,.2f}"
+
+
+RATE, COUNT, RATIO, USD = "rate", "count", "count with ratio", "usd"
 
 
 def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
@@ -82,6 +88,7 @@ def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
         (f"tasks at {k}/{k}", lambda s: s.summary.tasks_all, RATIO),
         ("tasks solved at least once", lambda s: s.summary.tasks_any, COUNT),
         ("errors and exclusions (not failures)", lambda s: sum(s.errors.values()), COUNT),
+        (f"cost per reliable ({k}/{k}) task (USD)", lambda s: s.reliability.per_reliable_task, USD),
     ]
     return rows if k > 1 else rows[:1] + rows[2:]  # with k = 1, pass@k is pass@1
 
@@ -116,12 +123,11 @@ def before_after_table(stats: Sequence[RunStats], comparisons: Sequence[Comparis
     for label, value, kind in _metric_rows(k):
         is_rate = kind == RATE
         row: list[Any] = [label, _plain(value(base), is_rate)]
-        cells = [label, pct(value(base)) if is_rate else count(value(base))]
+        cells = [label, _text(value(base), kind)]
         for s in news:
             new, old = value(s), value(base)
-            row += [_plain(new, is_rate), round(100 * (new - old), 6) if is_rate else new - old]
-            cells += ([pct(new), _delta_pp(new, old)] if is_rate
-                      else [count(new), _delta_count(new, old, kind == RATIO)])
+            row += [_plain(new, is_rate), _change(new, old, kind)]
+            cells += [_text(new, kind), _delta_text(new, old, kind)]
             if s.name in by_name:
                 plain, cell = _paired_cell(by_name[s.name], label) if is_rate else (None, "")
                 row.append(plain)
@@ -135,22 +141,48 @@ def before_after_table(stats: Sequence[RunStats], comparisons: Sequence[Comparis
             p = c.overall
             note += (f" Paired change ({c.new.name}): new − base on the {p.n_tasks} tasks both ran, with the "
                      f"{int(100 * p.level)}% percentile interval of a bootstrap over those tasks ({p.resamples:,} "
-                     f"resamples; a task's attempts in both runs stay together); {p.better} tasks better, "
-                     f"{p.worse} worse.")
+                     f"resamples; a task's attempts in both runs stay together; where both runs are all 0 or all "
+                     f"1 on a rate, the square-and-add of their Jeffreys intervals, so it keeps its width); "
+                     f"{p.better} tasks better, {p.worse} worse.")
     title = (f"Table 1. Before/after: {base.name} (base) vs {', '.join(s.name for s in news)}" if news
              else f"Table 1. {base.name} (no second run to compare)")
     return Table("table1_before_after", title, tuple(columns), tuple(rows), tuple(text),
                  tuple(("",) * len(columns) for _ in rows), note)
 
 
-def _plain(value: float | int, is_rate: bool) -> float | int:
-    return round(100 * value, 6) if is_rate else value
+def _plain(value: float | int | None, is_rate: bool) -> float | int | None:
+    return round(100 * value, 6) if is_rate and value is not None else value
+
+
+def _text(value: Any, kind: str) -> str:
+    return pct(value) if kind == RATE else usd(value) if kind == USD else count(value)
+
+
+def _change(new: Any, old: Any, kind: str) -> float | int | None:
+    if new is None or old is None:
+        return None
+    return round(100 * (new - old), 6) if kind == RATE else round(new - old, 6) if kind == USD else new - old
+
+
+def _delta_text(new: Any, old: Any, kind: str) -> str:
+    if kind == RATE:
+        return _delta_pp(new, old)
+    return _delta_usd(new, old) if kind == USD else _delta_count(new, old, kind == RATIO)
 
 
 def rank_marks(values: Sequence[float | None], higher_is_better: bool = True) -> list[str]:
-    """'best' for every cell holding the best distinct value, 'second' for the next; None is unranked."""
-    distinct = sorted({v for v in values if v is not None}, reverse=higher_is_better)
-    marks = {v: BEST for v in distinct[:1]} | {v: SECOND for v in distinct[1:2]}
+    """'best' for the best value and 'second' for the next, each only where one cell alone holds it (a
+    tie is no one's best, and a second place is only second after a best), among three known values or
+    more (of two, a mark only restates which is higher); None (not known) is unranked."""
+    known = [v for v in values if v is not None]
+    if len(known) < MARKED_RUNS:
+        return [""] * len(values)
+    distinct = sorted(set(known), reverse=higher_is_better)
+    marks: dict[float, str] = {}
+    for value, mark in zip(distinct[:2], (BEST, SECOND), strict=False):
+        if known.count(value) > 1:
+            break
+        marks[value] = mark
     return [marks.get(v, "") if v is not None else "" for v in values]
 
 
@@ -163,15 +195,15 @@ def _ranked_table(name: str, title: str, stats: Sequence[RunStats],
     marks_by_column = [[""] * len(stats)]
     for i, (_, _, _, higher) in enumerate(columns, start=1):
         values = [r[i] for r in rows]
-        marks_by_column.append([""] * len(stats) if higher is None or len(stats) < 2
-                               else rank_marks(values, higher))
+        marks_by_column.append([""] * len(stats) if higher is None else rank_marks(values, higher))
     marks = [tuple(col[r] for col in marks_by_column) for r in range(len(stats))]
     header = ("run",) + tuple(label for label, _, _, _ in columns)
     return Table(name, title, header, tuple(rows), tuple(text), tuple(marks), note)
 
 
 def side_by_side_table(stats: Sequence[RunStats]) -> Table:
-    """Table 2: runs side by side; per column the best value in bold, the second underlined."""
+    """Table 2: runs side by side; with three runs or more, per column the best value in bold, the second
+    underlined (a value one run holds alone)."""
     k = stats[0].summary.k
     columns = [
         ("model", lambda s: s.run.model_name, str, None),
@@ -184,16 +216,19 @@ def side_by_side_table(stats: Sequence[RunStats]) -> Table:
     ]
     if k == 1:  # pass@k is pass@1
         del columns[2]
-    note = ("Bold: best in the column; underlined (_…_): second best. No single metric ranks the "
-            "models: read coverage (pass@k) and repeatability (observed k/k) together.")
+    note = ("No single metric ranks the models: read coverage (pass@k) and repeatability (observed k/k) "
+            "together.")
+    if len(stats) >= MARKED_RUNS:
+        note = "Bold: best in the column; underlined (_…_): second best (a tie is marked neither way). " + note
     return _ranked_table("table2_side_by_side", "Table 2. Models side by side", stats, columns, note)
 
 
 def cost_table(stats: Sequence[RunStats]) -> Table:
-    """Table 3: evaluation cost and what it buys (lower cost is better: bold best, underlined second)."""
+    """Table 3: evaluation cost and what it buys (lower cost is better: with three runs or more, bold best,
+    underlined second); a cost or token count tbx cannot know is n/a and never ranked."""
     k = stats[0].summary.k
 
-    def tokens(role: str) -> Callable[[RunStats], int]:
+    def tokens(role: str) -> Callable[[RunStats], int | None]:
         return lambda s: s.cost.by_role()[role].tokens if role in s.cost.by_role() else 0
 
     columns = [
@@ -207,5 +242,6 @@ def cost_table(stats: Sequence[RunStats]) -> Table:
     ]
     note = (f"Campaign cost = measured tokens × per-model prices over every recorded episode (errors "
             f"included); cost per reliable task = campaign cost ÷ tasks at {k}/{k}, n/a when no task is "
-            "reliable. Probing and training are not included.")
+            "reliable. n/a also where tbx cannot know: a model with no price (0 in and out, the default), and "
+            "a served agent's tokens (it runs outside tbx). Probing and training are not included.")
     return _ranked_table("table3_cost", "Table 3. Cost and reliability", stats, columns, note)

@@ -2,9 +2,10 @@
 
     python launch.py stage=report 'runs=[outputs/eval-travel-null-…,outputs/eval-travel-oracle-…]'
 
-Writes report.md and PNGs into the report's run folder: before/after, models side by side
-(best and second best marked), cost and reliability, the attempts of the tasks that changed as a
-grid, a per-domain heat map, pass@k and pass^k curves. Runs are labelled by the agent that played
+Writes report.md and PNGs into the report's run folder (named by the runs' identities): before/after,
+models side by side (best and second best marked among three runs or more, never on a tie), cost and
+reliability (n/a where tbx cannot know a cost), the attempts of the tasks that changed as a grid, a
+per-domain heat map, pass@k and pass^k curves. Runs are labelled by the agent that played
 them (a served agent by its `serve.agent_name`). The bill covers every try (retried errors included);
 a task with fewer judged attempts than asked stops the report unless `report.allow_incomplete=true`.
 Runs of different k get a report per k (`k<K>/report.md`), then a one-line refusal (exit 2).
@@ -19,7 +20,7 @@ import numpy as np
 import yaml
 
 from tbx.config import Config
-from tbx.cost import parse_price_table
+from tbx.cost import run_pricing
 from tbx.errors import ConfigError
 from tbx.metrics import IncompleteInventoryError
 from tbx.records import StoredTry
@@ -28,29 +29,7 @@ from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink
 from tbx.stage_results import ReportResult
 from tbx.store.results import read_records
-from tbx.traits import traits_of
 from tbx.view import viewer_command
-
-
-def _plays_model(target: str) -> bool:
-    """Whether the policy a stored run names played its model; a custom policy that cannot be imported
-    here is labelled by its own name, like the policies that play none."""
-    try:
-        return traits_of(target, "policy").plays_model
-    except ConfigError:
-        return False
-
-
-def _agent_model(run_cfg: dict[str, Any]) -> tuple[str, float, float]:
-    """The agent that played the run (as labels name it) and its prices per million tokens."""
-    if run_cfg["stage"]["name"] == "serve":  # an agent outside tbx: its own name; tbx sees no tokens of it
-        return run_cfg["serve"]["agent_name"], 0.0, 0.0
-    policy, model = run_cfg["policy"], run_cfg["model"]
-    if not _plays_model(policy["_target_"]):
-        return policy["name"], 0.0, 0.0  # oracle, null, replay: no model tokens
-    prices_in = model["price_input_per_mtok"] or model["endpoint"]["price_input_per_mtok"]
-    prices_out = model["price_output_per_mtok"] or model["endpoint"]["price_output_per_mtok"]
-    return model["name"], prices_in, prices_out
 
 
 def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: bool) -> RunData:
@@ -64,19 +43,11 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
     finals: dict[tuple[str, int], StoredTry] = {}
     for record in tries:
         finals[(record.task_id, record.attempt)] = record
-    agent, price_in, price_out = _agent_model(run_cfg)
-    table = {agent: {"input": price_in, "output": price_out}}
-    roles = {}
-    for role in ("user", "judge"):
-        endpoint = run_cfg[role]["endpoint"]
-        if endpoint["model"]:
-            roles[role] = endpoint["model"]
-            table[endpoint["model"]] = {"input": endpoint["price_input_per_mtok"],
-                                        "output": endpoint["price_output_per_mtok"]}
-    return RunData(name=name or agent, records=list(finals.values()), model_name=agent,
-                   prices=parse_price_table(table, f"{run_dir}/config.yaml"), k=run_cfg["eval"]["attempts"],
-                   user_model=roles.get("user", ""), judge_model=roles.get("judge", ""),
-                   allow_incomplete=allow_incomplete, billed_records=tries, tasks=meta.get("tasks"))
+    pricing = run_pricing(run_cfg)
+    return RunData(name=name or pricing.agent, records=list(finals.values()), model_name=pricing.agent,
+                   prices=pricing.prices, k=run_cfg["eval"]["attempts"], user_model=pricing.models["user"],
+                   judge_model=pricing.models["judge"], allow_incomplete=allow_incomplete, billed_records=tries,
+                   tasks=meta.get("tasks"), unseen_roles=pricing.unseen)
 
 
 def _by_k(runs: list[RunData]) -> dict[int, list[RunData]]:

@@ -8,7 +8,8 @@ Pages: runs (the headline with intervals, per domain), attempts (filter by domai
 judge decision; search by task id; paged), an episode (transcript, verdict with its row diff and the
 extra side effects marked, judge evidence, tokens, cost, seeds, weights, the task's goal and reference)
 and compare (per task k/n in both runs, flips, the paired difference, both episodes of an attempt).
-Loopback by default; any other `view.host` needs `view.token_env` (as stage=serve). Reads only.
+Loopback by default; any other `view.host` needs `view.token_env` (as stage=serve). Reads only, so
+Ctrl-C just stops it: "viewer stopped (Ctrl-C)", exit 0 (no run to resume, unlike stage=eval).
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ def run_view(cfg: Config) -> ViewResult:
             index = Path(cfg.view.export) / "index.html"
             print(f"viewer: {len(written)} pages of {len(runs)} run(s) -> {index}")
             return ViewResult(export=str(index), pages=len(written))
-        run_loop(_serve(cfg, runs))
+        try:
+            run_loop(_serve(cfg, runs))
+        except KeyboardInterrupt:  # Ctrl-C is how a viewer is meant to stop: nothing to resume, nothing lost
+            print("viewer stopped (Ctrl-C)", file=sys.stderr)
         return ViewResult(served=True)
     finally:
         for run in runs:

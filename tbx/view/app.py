@@ -64,6 +64,11 @@ def _int(request: Request, name: str, default: int) -> int:
         return default
 
 
+def _attempt(request: Request) -> int:
+    """The attempt a URL names, numbered from 1 as every page shows it, as stored (from 0)."""
+    return _int(request, "attempt", 0) - 1
+
+
 def viewer_app(runs: Sequence[StoredRun], page_size: int, token: str | None = None) -> Starlette:
     links = ServerLinks()
 
@@ -90,7 +95,7 @@ def viewer_app(runs: Sequence[StoredRun], page_size: int, token: str | None = No
     async def episode(request: Request) -> Response:
         run = run_of(request)
         html = None if run is None else pages.episode_page(run, links, request.query_params.get("task", ""),
-                                                           _int(request, "attempt", -1))
+                                                           _attempt(request))
         return missing("no such attempt") if html is None else HTMLResponse(html)
 
     def pair_of(request: Request) -> tuple[StoredRun, StoredRun] | None:
@@ -105,7 +110,7 @@ def viewer_app(runs: Sequence[StoredRun], page_size: int, token: str | None = No
     async def pair_episode(request: Request) -> Response:
         pair = pair_of(request)
         html = None if pair is None else pages.pair_page(*pair, links, request.query_params.get("task", ""),
-                                                         _int(request, "attempt", -1))
+                                                         _attempt(request))
         return missing("no such attempt") if html is None else HTMLResponse(html)
 
     async def curves(request: Request) -> Response:

@@ -1,5 +1,6 @@
 """Where each page lives: URLs of the served viewer, or file names of a static export (one flat folder,
-so every link is relative and the folder opens from disk)."""
+so every link is relative and the folder opens from disk). Functions take an attempt as stored (from 0);
+what a reader sees, in a URL or a file name as on the page, numbers attempts from 1, as the report does."""
 
 from __future__ import annotations
 
@@ -30,13 +31,13 @@ class ServerLinks:
                                                      judge=f.judge, search=f.search, page=page)
 
     def episode(self, run: StoredRun, task_id: str, attempt: int) -> str:
-        return f"/run/{run.index}/episode" + _query(task=task_id, attempt=attempt)
+        return f"/run/{run.index}/episode" + _query(task=task_id, attempt=attempt + 1)
 
     def compare(self, base: StoredRun, new: StoredRun) -> str:
         return f"/compare?base={base.index}&new={new.index}"
 
     def pair(self, base: StoredRun, new: StoredRun, task_id: str, attempt: int) -> str:
-        return f"/compare/episode?base={base.index}&new={new.index}&" + _query(task=task_id, attempt=attempt)[1:]
+        return f"/compare/episode?base={base.index}&new={new.index}&" + _query(task=task_id, attempt=attempt + 1)[1:]
 
     def curves(self, run: StoredRun) -> str:
         return f"/run/{run.index}/curves.png"
@@ -45,7 +46,7 @@ class ServerLinks:
 def slug(task_id: str, attempt: int) -> str:
     """A file name for one attempt: readable, and unique (a short hash of the task id)."""
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", task_id)[:80]
-    return f"{readable}-{hashlib.sha256(task_id.encode()).hexdigest()[:6]}-a{attempt}"
+    return f"{readable}-{hashlib.sha256(task_id.encode()).hexdigest()[:6]}-a{attempt + 1}"
 
 
 class ExportLinks:

@@ -29,7 +29,8 @@ def environment() -> Environment:
     env = Environment(loader=PackageLoader("tbx.view", "templates"), autoescape=select_autoescape(),
                       trim_blocks=True, lstrip_blocks=True)
     env.filters["pct"] = lambda v: "n/a" if v is None else f"{100 * v:.1f}"
-    env.filters["usd"] = lambda v: f"${v:,.4f}"
+    env.filters["usd"] = lambda v: "n/a" if v is None else f"${v:,.4f}"  # None: not known, never $0
+    env.filters["count"] = lambda v: "n/a" if v is None else f"{v:,}"
     env.filters["pretty"] = lambda v: json.dumps(v, indent=1, ensure_ascii=False, default=str)
     return env
 
@@ -54,8 +55,14 @@ def _rates(outcomes: dict[str, list[bool]], k: int, rng: np.random.Generator) ->
             "pass_at_k": ci.pass_at_k, "observed_all": ci.observed_all}
 
 
+def _known_sum(values: list[Any]) -> Any:
+    """The sum, or None (n/a) when one value is not known."""
+    return None if any(v is None for v in values) else sum(values)
+
+
 def headline(run: StoredRun) -> dict[str, Any]:
-    """The run's headline, overall and per domain, with errors and the bill of its final tries."""
+    """The run's headline, overall and per domain, with abandoned attempts (counted as failures), errors
+    and the bill of its final tries (n/a where tbx cannot know it)."""
     rows = run.rows()
     outcomes, domains, errors = _outcomes(rows)
     rng = np.random.default_rng(0)
@@ -65,9 +72,10 @@ def headline(run: StoredRun) -> dict[str, Any]:
     for name, group in groups.items():
         in_group = [r for r in rows if name == "all" or r.domain == name]
         lines.append({"name": name, "rates": _rates(group, run.k, rng),
+                      "abandoned": sum(r.outcome == "abandoned" for r in in_group),
                       "errors": sum(r.outcome not in ("success", "failure", "abandoned") for r in in_group),
-                      "cost": sum(r.cost_usd for r in in_group), "tokens": sum(r.tokens for r in in_group),
-                      "attempts": len(in_group)})
+                      "cost": _known_sum([run.cost(r.tokens, r.cost_usd) for r in in_group]),
+                      "tokens": _known_sum([run.tokens(r.tokens) for r in in_group]), "attempts": len(in_group)})
     asked = set(run.meta.get("tasks") or ()) | set(outcomes)  # the run's task set (run.json), else as stored
     tally = attempt_tally(rows, asked, run.k) if run.stage in ("eval", "serve") else None  # k attempts asked
     return {"run": run, "lines": lines, "errors": {k: v for k, v in errors.items() if v}, "tally": tally}
@@ -120,9 +128,25 @@ def _row_diff(change: dict[str, Any], spec: dict[str, Any] | None) -> dict[str, 
     return {"op": change.get("op"), "table": change.get("table"), "key": change.get("key"), "cells": cells}
 
 
+def _unchanged(spec: dict[str, Any] | None, task: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """What the terminal state holds where a failing check found no change to compare: the row the
+    expected update or delete names, as it was before (the run changed nothing in it, so it is the
+    terminal row too), or for a missing insert, no new row; each beside the expected values."""
+    if spec is None or task is None:
+        return []
+    table = spec.get("table")
+    if spec.get("op") == "insert":
+        return [_row_diff({"op": "no new row in", "table": table, "key": None}, spec)]
+    key = {c: canonical(v) for c, v in (spec.get("key") or {}).items()}
+    rows = (task.get("initial") or {}).get(table, {}).get("rows", [])
+    row = next((r for r in rows if all(r.get(c) == v for c, v in key.items())), None)
+    op = "unchanged (terminal = before)" if row is not None else "no such row, before or after"
+    return [_row_diff({"op": op, "table": table, "key": spec.get("key"), "before": row, "after": row}, spec)]
+
+
 def verdict(record: StoredTry, task: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """The grade's checks, each with its row diff: expected vs terminal rows, and the extra side effects
-    (the rows of "no other change") marked as such."""
+    """The grade's checks, each with its row diff: expected vs terminal rows (for a failing check that found
+    no change, the row as it stands), and the extra side effects (the rows of "no other change") marked."""
     specs = (task or {}).get("expected", [])
     checks = []
     for check in record.grade.checks if record.grade is not None else ():
@@ -132,8 +156,11 @@ def verdict(record: StoredTry, task: dict[str, Any] | None) -> list[dict[str, An
             index = int(name[len("expected["):name.index("]")])
             spec = specs[index] if index < len(specs) else None
         extra = name == "no other change"
+        rows = [_row_diff(r, spec) for r in check.rows]
+        if not rows and not check.passed:
+            rows = _unchanged(spec, task)
         checks.append({"name": name, "passed": check.passed, "detail": check.detail, "extra": extra,
-                       "spec": spec, "rows": [_row_diff(r, spec) for r in check.rows]})
+                       "spec": spec, "rows": rows})
     return checks
 
 
@@ -152,7 +179,10 @@ def episode_context(run: StoredRun, task_id: str, attempt: int) -> dict[str, Any
     record, task = tries[-1], run.task(task_id)
     return {"run": run, "record": record, "task": task, "tries": tries, "transcript": transcript(record),
             "checks": verdict(record, task), "judge": judge_rules(task, record),
-            "usage": {role: u.prompt_tokens + u.completion_tokens for role, u in record.usage.items()},
+            "usage": {role: u.prompt_tokens + u.completion_tokens for role, u in record.usage.items()}
+                     | dict.fromkeys(run.unseen),  # None: never seen by tbx
+            "cost": run.cost(sum(u.prompt_tokens + u.completion_tokens for u in record.usage.values()),
+                             record.cost_usd or 0.0),
             "weights": run.meta.get("engine", {}).get("weights"),
             "engine": run.meta.get("engine", {}), "run_seed": run.meta.get("settings", {}).get("seed")}
 
@@ -172,8 +202,9 @@ def _by_task(rows: Sequence[AttemptRow]) -> dict[str, dict[int, AttemptRow]]:
 
 
 def compare_context(base: StoredRun, new: StoredRun) -> dict[str, Any]:
-    """Per shared task: successes / judged attempts in each run, the change, each attempt's pair of
-    outcomes; the paired difference with its interval (same k only)."""
+    """Per shared task: successes / judged attempts in each run, the change, and each run's row of attempt
+    outcomes (one column per attempt, "missing" where a run has none); the paired difference with its
+    interval (same k only)."""
     a, b = _by_task(base.rows()), _by_task(new.rows())
     base_outcomes, new_outcomes = _outcomes(base.rows())[0], _outcomes(new.rows())[0]
     tasks = []
@@ -181,9 +212,11 @@ def compare_context(base: StoredRun, new: StoredRun) -> dict[str, Any]:
         x, y = base_outcomes.get(task_id, []), new_outcomes.get(task_id, [])
         rate_x, rate_y = (sum(x) / len(x) if x else None), (sum(y) / len(y) if y else None)
         change = None if rate_x is None or rate_y is None else rate_y - rate_x
-        attempts = [(n, a[task_id].get(n), b[task_id].get(n)) for n in sorted(set(a[task_id]) | set(b[task_id]))]
+        attempts = sorted(set(a[task_id]) | set(b[task_id]))
+        grid = [(run, [(n, row.outcome if row else "missing") for n in attempts for row in [rows.get(n)]])
+                for run, rows in ((base, a[task_id]), (new, b[task_id]))]
         tasks.append({"id": task_id, "domain": next(iter(a[task_id].values())).domain, "base": (sum(x), len(x)),
-                      "new": (sum(y), len(y)), "change": change, "attempts": attempts})
+                      "new": (sum(y), len(y)), "change": change, "attempts": attempts, "grid": grid})
     tasks.sort(key=lambda t: (-(abs(t["change"]) if t["change"] else 0), t["id"]))
     paired = (paired_difference(base_outcomes, new_outcomes, base.k, np.random.default_rng(0))
               if base.k == new.k else None)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from sqlalchemy import Engine, create_engine, func, select, tuple_
 
+from tbx.cost import run_pricing
 from tbx.errors import ConfigError
 from tbx.records import StoredTry
 from tbx.store.results import attempts
@@ -72,6 +73,8 @@ class StoredRun:
     stage: str
     run_dir: Path | None = None
     meta: dict[str, Any] = field(default_factory=dict)  # run.json
+    unseen: tuple[str, ...] = ()  # roles whose tokens tbx never sees (a served agent's): tokens and cost n/a
+    unpriced: tuple[str, ...] = ()  # roles played by a model with no price (config.yaml): cost n/a
     _engine: Engine | None = None
     _rows: list[AttemptRow] | None = None
     _tasks: dict[str, int] | None = None  # task id -> line of tasks.jsonl
@@ -161,6 +164,18 @@ class StoredRun:
             lines.seek(offset)
             return json.loads(lines.readline())
 
+    def cost(self, tokens: int, usd: float) -> float | None:
+        """What an attempt cost as far as tbx can know: None (n/a) where a role's tokens were never seen, or
+        tokens were spent on a model with no price (a priced model never bills tokens at $0: a run read from
+        a database, with no config.yaml, is known unpriced by that)."""
+        if self.unseen or (tokens and (self.unpriced or usd == 0)):
+            return None
+        return usd
+
+    def tokens(self, tokens: int) -> int | None:
+        """An attempt's tokens as far as tbx can know: None (n/a) where a role's were never seen."""
+        return None if self.unseen else tokens
+
     def close(self) -> None:
         if self._engine is not None:
             self._engine.dispose()
@@ -198,10 +213,10 @@ def load_folder(index: int, run_dir: Path, store_url: str | None) -> StoredRun:
     if not store_url and not store.is_file():
         raise ConfigError(str(run_dir), "runs", "has no results.sqlite", "give store.url=URL if the run stored its "
                           "results in a database")
-    agent = _agent(config)
+    agent, pricing = _agent(config), run_pricing(config)
     return StoredRun(index=index, name=agent, run_id=meta["identity"], source=store_url or f"sqlite:///{store}",
                      k=int(config["eval"]["attempts"]), agent=agent, stage=config["stage"]["name"],
-                     run_dir=run_dir, meta=meta)
+                     run_dir=run_dir, meta=meta, unseen=pricing.unseen, unpriced=pricing.unpriced)
 
 
 def load_store(url: str) -> list[StoredRun]:
@@ -217,7 +232,8 @@ def load_store(url: str) -> list[StoredRun]:
                           "give the URL of a tbx results store") from None
     finally:
         engine.dispose()
-    return [StoredRun(index=i, name=run_id, run_id=run_id, source=url, k=int(top) + 1, agent=run_id, stage=stage)
+    return [StoredRun(index=i, name=run_id, run_id=run_id, source=url, k=int(top) + 1, agent=run_id, stage=stage,
+                      unseen=("agent",) if stage == "serve" else ())
             for i, (run_id, stage, top) in enumerate(found)]
 
 

@@ -73,6 +73,17 @@ def test_paired_difference_at_k20_keeps_attempts_with_their_task() -> None:
     assert (diff.better, diff.worse) == (4, 0)
 
 
+def test_paired_difference_of_all_0_or_all_1_runs_keeps_its_width() -> None:
+    # 0 of 10 both times: every resample gives 0, yet 10 attempts cannot show 0 exactly. Jeffreys on 0 of 10 is
+    # [0, 21.72] %, so square-and-add gives 0 [-21.72, +21.72] pp; 0 of 10 -> 10 of 10 (Jeffreys [78.28, 100] %):
+    # low 1 - hypot(1 - 0.7828, 0.2172 - 0) = 69.28 %, high 1 + hypot(0, 0) = 100 % -> +100 [+69.28, +100] pp.
+    never = outcomes({f"t/{i}": "F" for i in range(10)})
+    always = outcomes({f"t/{i}": "S" for i in range(10)})
+    same = paired_difference(never, never, 1, np.random.default_rng(0), 200)
+    assert pp(same.pass_at_1) == (0.0, -21.72, 21.72) and not same.excludes_zero("pass_at_1")
+    assert pp(paired_difference(never, always, 1, np.random.default_rng(0), 200).pass_at_1) == (100.0, 69.28, 100.0)
+
+
 def test_paired_difference_only_on_shared_tasks() -> None:
     base = outcomes({"t/1": "FF", "t/2": "SS", "t/gone": "SS"})
     new = outcomes({"t/1": "SS", "t/2": "SS", "t/new": "FF"})

@@ -66,12 +66,14 @@ def test_markdown_has_three_tables_with_marked_best(report) -> None:
     assert "| null | tiny | 0.00 | 0.00 | 0.00 | 0 | 0 | 0 |" in table2
     table3 = md.split("Table 3.")[1].split("Uncertainty")[0]
     assert "| null | **$2.88** | n/a | n/a | 26,400,000 | 0 | 0 | 26,400,000 |" in table3
-    assert "| mixed | _$57.60_ | **$4.431** | **$28.80** |" in table3
-    assert "| oracle | $324.00 | _$13.500_ | _$54.00_ |" in table3
+    # per success and per reliable task are known for two runs only (null: n/a): two values get no mark
+    assert "| mixed | _$57.60_ | $4.431 | $28.80 |" in table3
+    assert "| oracle | $324.00 | $13.500 | $54.00 |" in table3
     table1 = md.split("Table 1.")[1].split("Table 2.")[0]
     # the paired column: oracle beats null by 100 pp on every task, so every resample gives exactly +100
     assert "| pass@1 (%) | 0.00 | 56.52 | +56.52 pp | +56.52 [" in table1
-    assert "| 100.00 | +100.00 pp | +100.00 [+100.00, +100.00] |" in table1
+    # ... though 24 of 24 against 0 of 24 cannot show +100 exactly: the Jeffreys intervals widen it
+    assert "| 100.00 | +100.00 pp | +100.00 [+86.09, +100.00] |" in table1
     assert "| tasks at 4/4 | 0 | 2 | +2 |  | 6 | +6 |  |" in table1
     assert "| errors and exclusions (not failures) | 0 | 1 | +1 |  | 0 | +0 |  |" in table1
     assert "5 tasks better, 0 worse" in table1  # travel/2 is FFFF in both
@@ -85,7 +87,7 @@ def test_tables_as_plain_rows(report) -> None:
     assert table1.columns == ("metric", "null", "mixed", "change (mixed)", "paired change, 95% CI (mixed)",
                               "oracle", "change (oracle)", "paired change, 95% CI (oracle)")
     assert table1.rows[0][:4] == ("pass@1 (%)", 0.0, pytest.approx(100 * 13 / 23), pytest.approx(100 * 13 / 23))
-    assert table1.rows[0][5:] == (100.0, 100.0, [100.0, 100.0, 100.0])
+    assert table1.rows[0][5:] == (100.0, 100.0, [100.0, pytest.approx(86.085892), 100.0])
     assert table2.rows[2][:3] == ("oracle", "big", 100.0)
     assert table2.marks[2][2] == "best" and table2.marks[1][2] == "second" and table2.marks[0][2] == ""
     mixed_cost = dict(zip(table3.columns, table3.rows[1], strict=True))
@@ -115,8 +117,11 @@ def test_attempt_grid_picks_the_most_changed_tasks() -> None:
 
 
 def test_rank_marks_ties_and_missing() -> None:
-    assert rank_marks([3, 5, 5, None, 1]) == ["second", "best", "best", "", ""]
+    assert rank_marks([3, 5, 4, None, 1]) == ["", "best", "second", "", ""]
     assert rank_marks([3.0, 1.0, 2.0], higher_is_better=False) == ["", "best", "second"]
+    assert rank_marks([3, 5, 5, None, 1]) == [""] * 5  # a tie is no one's best, and no second without a best
+    assert rank_marks([5, 3, 3, 1]) == ["best", "", "", ""]
+    assert rank_marks([0.0, None, 1.0]) == [""] * 3  # two known values: no marks
 
 
 def test_render_report_refuses_bad_inputs(tmp_path: Path) -> None:
@@ -137,7 +142,7 @@ def test_billed_records_replace_the_bill_only(tmp_path: Path) -> None:
     files = render_report([billed], tmp_path, resamples=50)
     costs = dict(zip(files.tables[2].columns, files.tables[2].rows[0], strict=True))
     assert costs["campaign cost (USD)"] == pytest.approx(2.88 + 1.0)
-    assert files.tables[0].rows[-1] == ("errors and exclusions (not failures)", 0)  # metrics unchanged
+    assert ("errors and exclusions (not failures)", 0) in files.tables[0].rows  # metrics unchanged
 
 
 def test_single_run_report(tmp_path: Path) -> None:
@@ -153,3 +158,44 @@ def test_one_attempt_per_task_shows_pass_at_1_once(tmp_path: Path) -> None:
     table1 = text.split("**Table 1.")[1].split("**Table 2.")[0]
     assert table1.count("| pass@1 (%)") == 1 and "| observed 1/1 (%)" in table1
     assert text.split("**Table 2.")[1].split("\n\n")[1].count("pass@1 (%)") == 1
+
+
+def test_unknown_tokens_and_cost_are_na_never_zero_or_best(tmp_path: Path) -> None:
+    # served: an agent outside tbx (its tokens are never seen); local: a model with no price (0 in and out,
+    # the default) that spent 1.1M tokens a try; priced: the null run's model at $0.12 a try ($2.88 in all).
+    served = RunData("served", make_records(MIXED, (0, 0)), "my-agent", {"my-agent": Prices(0, 0)}, 4,
+                     allow_incomplete=True, unseen_roles=("agent",))
+    local = RunData("local", make_records(MIXED, (1_000_000, 100_000)), "local-m", {"local-m": Prices(0, 0)}, 4,
+                    allow_incomplete=True)
+    text = render_report([synthetic_runs()[0], served, local], tmp_path, resamples=50).markdown_path.read_text()
+    table3 = text.split("Table 3.")[1].split("Uncertainty")[0]
+    assert "| served | n/a | n/a | n/a | n/a | 0 | 0 | n/a |" in table3
+    assert "| local | n/a | n/a | n/a | 26,400,000 | 0 | 0 | 26,400,000 |" in table3
+    assert "| null | $2.88 | n/a | n/a |" in table3  # the only known cost: nothing to rank it against
+    assert "$0.00" not in table3 and "**" not in table3.split("\n\n")[1]
+    table1 = text.split("Table 1.")[1].split("Table 2.")[0]
+    assert "| cost per reliable (4/4) task (USD) | n/a | n/a | n/a |  | n/a | n/a |  |" in table1
+
+
+def test_two_runs_and_ties_get_no_emphasis_and_table1_has_cost_per_reliable_task(tmp_path: Path) -> None:
+    null, mixed, oracle = synthetic_runs()
+    text = render_report([mixed, oracle], tmp_path, resamples=50).markdown_path.read_text()
+    tables = text.split("**Table 2.")[1].split("**Uncertainty")[0]
+    rows = [line for line in tables.splitlines() if line.startswith(("| mixed", "| oracle"))]
+    assert len(rows) == 4 and not any("**" in row or "_" in row for row in rows)
+    # mixed $57.60 / 2 reliable tasks = $28.80; oracle $324.00 / 6 = $54.00: +$25.20
+    table1 = text.split("Table 1.")[1].split("Table 2.")[0]
+    assert "| cost per reliable (4/4) task (USD) | $28.80 | $54.00 | +$25.20 |  |" in table1
+    tied = render_report([null, RunData("null2", null.records, "tiny", PRICES, 4), oracle], tmp_path / "tie",
+                         resamples=50).markdown_path.read_text()
+    assert "| null | tiny | 0.00 | 0.00 | 0.00 | 0 | 0 | 0 |" in tied  # null and null2 tie: neither is second
+    assert "| oracle | big | **100.00** |" in tied
+
+
+def test_abandoned_attempts_are_counted_in_the_run_list(tmp_path: Path) -> None:
+    records = make_records({"retail/1": "SF", "retail/2": "FF"}, (10, 1))
+    records[1] = stored("retail/1", 1, "abandoned", domain="retail", usage=records[1].usage)
+    records[3] = stored("retail/2", 1, "abandoned", domain="retail", usage=records[3].usage)
+    text = render_report([RunData("served", records, "tiny", PRICES, 2)], tmp_path, resamples=50).markdown_path
+    assert "| missing · errored · abandoned of asked |" in text.read_text()
+    assert "| served | tiny | 2 | 2 | 4 | none | 0 · 0 · 2 of 4 | 0 |" in text.read_text()

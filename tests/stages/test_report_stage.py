@@ -51,3 +51,17 @@ def test_runs_of_different_k_get_a_report_per_k_then_one_line_and_exit_2(tmp_pat
     assert "Table 1. Before/after: base (base) vs oracle1" in k1
     assert "Table 1. oracle2 (no second run to compare)" in k2
     assert not (report_dir / "report.md").exists()
+
+
+def test_the_same_runs_make_the_same_report_however_their_paths_are_written(tmp_path, monkeypatch):
+    null = run(make_cfg(tmp_path, "tasks=mock", "tasks.limit=1", "policy=null_agent"))
+    oracle = run(make_cfg(tmp_path, "tasks=mock", "tasks.limit=1", "policy=oracle"))
+    first = run(make_cfg(tmp_path, "stage=report", f"runs=[{null.run_dir},{oracle.run_dir}]"))
+    monkeypatch.chdir(tmp_path)
+    relative = [str(Path(d).relative_to(tmp_path)) for d in (null.run_dir, oracle.run_dir)]
+    again = run(make_cfg(tmp_path, "stage=report", f"runs=[./{relative[0]}/,{relative[1]}/]"))
+    assert again.run_dir == first.run_dir
+    swapped = run(make_cfg(tmp_path, "stage=report", f"runs=[{oracle.run_dir},{null.run_dir}]"))
+    assert swapped.run_dir != first.run_dir  # another base is another comparison
+    assert sorted(p.name for p in (tmp_path / "outputs").glob("report-*")) == sorted(
+        {Path(first.run_dir).name, Path(swapped.run_dir).name})

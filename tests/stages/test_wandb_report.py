@@ -27,11 +27,12 @@ def test_a_comparison_in_one_group_with_episodes_intervals_and_curves(tmp_path):
     intervals = wandb_reader.table(report.run_dir, "report/intervals")
     assert intervals["columns"] == ["run", "kind", "metric", "estimate", "low", "high", "tasks"]
     paired = [row for row in intervals["data"] if row[1] == "paired change"]
-    # oracle - null: +100 pp on every one of the 3 tasks, so every resample says +100
-    assert [row[2:] for row in paired] == [["pass@1", 100.0, 100.0, 100.0, 3], ["pass@2", 100.0, 100.0, 100.0, 3],
-                                           ["observed 2/2", 100.0, 100.0, 100.0, 3]]
+    # oracle - null: +100 pp on every one of the 3 tasks, so every resample says +100; yet 6 of 6 against 0 of 6
+    # attempts (3 of 3 tasks) cannot show +100 exactly: the square-and-add of the two runs' Jeffreys intervals
+    assert [row[2:] for row in paired] == [["pass@1", 100.0, 53.275952, 100.0, 3], ["pass@2", 100.0, 24.257091, 100.0, 3],
+                                           ["observed 2/2", 100.0, 24.257091, 100.0, 3]]
     table1 = wandb_reader.table(report.run_dir, "report/table1")
-    assert table1["data"][0][-1] == "+100.00 [+100.00, +100.00]"
+    assert table1["data"][0][-1] == "+100.00 [+53.28, +100.00]"
 
     keys = {key for row in wandb_reader.history(report.run_dir, wait_for="report/pass_hat_k_table/_type")
             for key in row}

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-from tests.view.runs import stored_runs
+from tests.view.runs import served_run, stored_runs
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -56,14 +56,15 @@ def driver():
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    return stored_runs(tmp_path_factory.mktemp("browser-runs"))
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    folder = tmp_path_factory.mktemp("browser-runs")
+    return (*stored_runs(folder), served_run(folder / "served"))
 
 
 @pytest.fixture(scope="module")
 def viewer(runs):
     """`launch.py stage=view` in its own process, as a user starts it; yields its URL."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), "stage=view", f"runs=[{runs[0]},{runs[1]}]",
+    proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), "stage=view", f"runs=[{','.join(runs)}]",
                              "view.port=0", "view.page_size=4", "logger=none"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     line = proc.stdout.readline()
@@ -75,12 +76,16 @@ def viewer(runs):
         proc.wait(timeout=30)
 
 
-def shot(driver, tmp_path: Path, name: str) -> Path:
-    """The whole page (not only the window) as a PNG, through Chromium's DevTools."""
+def shot(driver, tmp_path: Path, name: str, element=None) -> Path:
+    """The whole page (not only the window), or one element of it, as a PNG, through Chromium's DevTools."""
     import base64
 
     size = driver.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
     clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], 6000), "scale": 1}
+    if element is not None:
+        box = driver.execute_script("const r = arguments[0].getBoundingClientRect(); "
+                                    "return [r.left + scrollX, r.top + scrollY, r.width, r.height];", element)
+        clip = {"x": box[0] - 8, "y": box[1] - 8, "width": box[2] + 16, "height": box[3] + 16, "scale": 1}
     data = driver.execute_cdp_cmd("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
                                                              "clip": clip})["data"]
     path = tmp_path / f"{name}.png"
@@ -119,6 +124,12 @@ def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Pa
     flipped = driver.find_elements(By.CSS_SELECTOR, "tr.task-row.flipped")
     assert sorted(r.get_attribute("data-task") for r in flipped) == ["mock/transfer/20", "mock/transfer/5"]
     assert "2 of 3 shared tasks changed" in driver.find_element(By.ID, "flips").text
+    assert "one row per run, one column per attempt" in driver.find_element(By.ID, "legend").text
+    for row in flipped:  # base fails both attempts, trained passes both: a row each, not pairs
+        grid = {r.get_attribute("data-run"): [c.get_attribute("class") for c in r.find_elements(By.CSS_SELECTOR, ".cell")]
+                for r in row.find_elements(By.CSS_SELECTOR, "tr.run-row")}
+        assert grid == {"base": ["cell failure"] * 2, "trained": ["cell success"] * 2}
+        assert row.find_element(By.CSS_SELECTOR, "tr.numbers").text.split() == ["1", "2"]
     shot(driver, tmp_path, "compare")
     flipped[0].find_element(By.CSS_SELECTOR, "a.pair-link").click()
     sides = driver.find_elements(By.CSS_SELECTOR, ".side")
@@ -126,6 +137,45 @@ def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Pa
     outcomes = [s.find_element(By.CSS_SELECTOR, "#outcome-value .outcome").text for s in sides]
     assert outcomes == ["failure", "success"]
     shot(driver, tmp_path, "pair")
+
+
+def test_a_failing_check_shows_what_the_row_holds(driver, runs, viewer, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    from tbx.view.store import load_runs
+
+    (base,) = load_runs(runs[:1], None)
+    stored_cause = base.record("mock/transfer/5", 0).cause
+    base.close()
+    driver.get(viewer)
+    driver.find_element(By.CSS_SELECTOR, "#run-0 a.attempts-link").click()  # base: the null agent
+    driver.find_element(By.ID, "search").send_keys("transfer/5")
+    driver.find_element(By.ID, "apply").click()
+    rows = driver.find_elements(By.CSS_SELECTOR, "tr.row")
+    assert [r.find_elements(By.TAG_NAME, "td")[3].text for r in rows] == ["1", "2"]  # attempts from 1
+    cause = rows[0].find_element(By.CSS_SELECTOR, "td.cause")
+    assert len(stored_cause) > 200 and cause.text == stored_cause  # whole, where 160 characters were shown
+    assert cause.size["height"] > 3 * 16 and cause.size["width"] <= 540  # it wraps in its column
+    rows[0].find_element(By.CSS_SELECTOR, "a.episode-link").click()
+    assert driver.find_element(By.TAG_NAME, "h1").text.endswith("attempt 1 · base")
+    failing = [c for c in driver.find_elements(By.CSS_SELECTOR, ".check.fail") if "expected[0]" in c.text][0]
+    header = [th.text for th in failing.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert header == ["column", "before", "after (terminal)", "expected"]
+    assert failing.find_element(By.TAG_NAME, "caption").text == 'unchanged (terminal = before) accounts {"id": 1}'
+    assert failing.find_element(By.CSS_SELECTOR, "tr.mismatch").text == "balance 100 100 95"
+    shot(driver, tmp_path, "failing_check", driver.find_element(By.CSS_SELECTOR, "section.verdict"))
+
+
+def test_unknown_cost_and_abandoned_attempts_on_the_runs_page(driver, viewer, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(viewer)
+    served = driver.find_element(By.ID, "run-2")
+    header = [th.text for th in served.find_elements(By.CSS_SELECTOR, "thead th")]
+    line = dict(zip(header, [td.text for td in served.find_elements(By.CSS_SELECTOR, "tr.all td")], strict=False))
+    assert (line["abandoned"], line["tokens"], line["cost"]) == ("1", "n/a", "n/a")
+    assert "$0" not in served.text
+    shot(driver, tmp_path, "runs")
 
 
 def test_the_export_opens_from_disk_and_its_links_resolve(driver, runs, tmp_path: Path) -> None:
