@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from tbx.backend.state import State, canonical
-from tbx.grading.diff import diff_states
 from tbx.messages import Message
 from tbx.records import CheckResult, Grade
 from tbx.tau2.environment import Tau2Domain, call_tool, collections, entry_json
@@ -99,6 +98,22 @@ def pseudo_rows(records: Sequence[tuple[str, Any, str | None]]) -> State:
     return state
 
 
+def _pseudo_row(key: Any, text: str | None) -> dict[str, Any] | None:
+    return None if text is None else {"id": str(key)} | _flatten(json.loads(text))
+
+
+def _explained(domain: Tau2Domain, name: str, key: Any, terminal: str | None, wanted: str | None) -> dict[str, Any]:
+    """A record that differs from the gold, as the viewer shows a row: before (db.json's), after (terminal) and
+    expected (the gold actions') per flattened field; `columns`: the fields the episode changed."""
+    before, after = _pseudo_row(key, domain.initial_json(name, key)), _pseudo_row(key, terminal)
+    op = ("insert" if before is None else "delete" if after is None
+          else "update" if before != after else "unchanged (terminal = before)")
+    fields = set(before or {}) | set(after or {})
+    changed = [c for c in sorted(fields) if (before or {}).get(c) != (after or {}).get(c)]
+    return {"op": op, "table": name, "key": {"id": str(key)}, "before": before, "after": after, "columns": changed,
+            "expected": _pseudo_row(key, wanted) or {}}
+
+
 def communicate_checks(record: Any, transcript: Sequence[Message]) -> list[Any]:
     """τ²'s own communicate_info check over the transcript's assistant text."""
     from tau2.data_model.message import AssistantMessage
@@ -118,9 +133,7 @@ def grade(domain: Tau2Domain, record: Any, gold: GoldState, environment: Any, tr
         checks.append(CheckResult(ENDING_CHECK, False, f"the conversation ended by {ended_by}, not by a stop "
                                   "(τ² scores such an episode 0)"))
     differ = differing_records(domain, environment, gold)
-    terminal = pseudo_rows([(name, key, text) for name, key, text, _ in differ])
-    expected = pseudo_rows([(name, key, text) for name, key, _, text in differ])
-    rows = tuple(change.to_dict() for change in diff_states(expected, terminal))
+    rows = tuple(_explained(domain, name, key, terminal, wanted) for name, key, terminal, wanted in differ)
     detail = "the terminal database equals the gold actions' database" if not differ else (
         f"{len(differ)} record(s) differ from the gold actions' database: "
         + ", ".join(f"{name}[{key}]" for name, key, _, _ in differ[:5]))

