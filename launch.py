@@ -14,7 +14,8 @@ Every stage goes through `tbx.launch`: a checked job plan, then submitit (in thi
 default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
 input, an unreachable service or a disk that refuses writes print one clear line (file, field, fix)
 and exit with status 2; a run whose every attempt errored exits with status 3 after writing its
-summary; Ctrl-C prints one line and exits 130 (the statuses: tbx/errors.py, docs/guarantees.md).
+summary; Ctrl-C, or a campaign worker killed by a signal, prints one line and exits 130 (the same command
+resumes; the statuses: tbx/errors.py, docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tbx.config import Config, register_configs
 from tbx.config_checks import check_composed, compose_config, config_object, sweep_jobs
 from tbx.config_environment import check_config
 from tbx.durable import check_writable
-from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
+from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError, RunInterrupted
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 
 register_configs()
@@ -143,6 +144,10 @@ def main(dict_cfg: DictConfig) -> None:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
+    except RunInterrupted as exc:  # as after Ctrl-C: what finished is stored
+        print(f"interrupted: {exc}; the tries that finished are stored; the same command resumes the run",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     if result.exit_code:
         sys.exit(result.exit_code)
 
