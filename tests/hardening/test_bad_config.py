@@ -409,6 +409,17 @@ def test_a_multirun_checks_every_job_before_the_first_starts(tmp_path, sweep, li
     assert sorted(tmp_path.rglob("eval-*")) == []  # no job ran: the first (valid) one would have made its run folder
 
 
+def test_a_multirun_is_expanded_as_hydras_basic_sweeper_expands_it():
+    from tbx.config_checks import sweep_jobs
+
+    jobs, error = sweep_jobs(["stage=eval", "eval.attempts=range(1,3)", "tasks=mock,travel"])
+    assert error is None and jobs == [["stage=eval", "eval.attempts=1", "tasks=mock"],
+                                      ["stage=eval", "eval.attempts=1", "tasks=travel"],
+                                      ["stage=eval", "eval.attempts=2", "tasks=mock"],
+                                      ["stage=eval", "eval.attempts=2", "tasks=travel"]]
+    assert sweep_jobs(["policy=glob(*)"]) == ([], None)  # needs Hydra's config loader: left to Hydra
+
+
 @pytest.mark.parametrize(("setting", "source", "problem"), [
     ("summary_path={tmp}/folder", "{tmp}/folder", "is a folder; summary_path names the file"),
     ("backend.workdir={tmp}/afile/db", "{tmp}/afile", "is a file, not a folder (the setting names {tmp}/afile/db"),
