@@ -4,8 +4,9 @@ A value the backend cannot store (a mapping or a list in a column, an integer pa
 with more digits than its NUMERIC column keeps, a string longer than its VARCHAR) would otherwise
 fail inside the template build, far from the task file, and read as a failure of the database. Each
 is one `TaskFormatError` naming the file, the field (`seed.rows.TABLE[i].COLUMN`) and the fix. Only
-what a backend would refuse is refused: a string in an integer column is left to the database, which
-converts it (SQLite) or names it (PostgreSQL), as before.
+what a backend would refuse is refused: a number written as a string ("5") is left to the database, which
+converts it, as before; text that is no number is refused in a numeric column (PostgreSQL refuses it; SQLite
+would keep it, and grading would compare text with numbers).
 """
 
 from __future__ import annotations
@@ -34,10 +35,23 @@ def _problem(column: Column, value: Any) -> tuple[str, str] | None:
             abs(value) >= 10 ** (kind.precision - (kind.scale or 0)):
         return (f"is {value}, more digits than column {column.name} ({kind}) keeps",
                 f"give a value below {10 ** (kind.precision - (kind.scale or 0))} in magnitude")
+    if isinstance(value, str) and isinstance(kind, Integer | Numeric) and not _numeric(value, kind):
+        return (f"is {value[:40]!r}, not a number, but column {column.name} holds {kind} values",
+                f"give a number (an {'integer' if isinstance(kind, Integer) else 'amount'}), unquoted")
     if isinstance(value, str) and isinstance(kind, String) and kind.length and len(value) > kind.length:
         return (f"is {len(value)} characters, longer than column {column.name} ({kind}) holds",
                 f"shorten it to at most {kind.length} characters")
     return None
+
+
+def _numeric(text: str, kind: Integer | Numeric) -> bool:
+    """Whether the string `text` is a value of a numeric column (SQLite would keep any text there; PostgreSQL
+    refuses what is not a number)."""
+    try:
+        number = int(text) if isinstance(kind, Integer) else float(text)
+    except ValueError:
+        return False
+    return number == number  # not nan
 
 
 def check_seed_values(source: str, table: Table, rows: tuple[dict[str, Any], ...]) -> None:

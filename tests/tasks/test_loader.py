@@ -104,7 +104,9 @@ def test_load_task_keeps_structure():
      "give a value in -9223372036854775808..9223372036854775807"),
     ({"id": 9, "owner": {"first": "Dee"}, "balance": 2}, "seed.rows.accounts[0].owner", "is a mapping",
      "not a mapping"),
-], ids=["integer past 64 bits", "mapping as a column value"])
+    ({"id": 9, "owner": "Dee", "balance": "lots"}, "seed.rows.accounts[0].balance", "is 'lots', not a number",
+     "unquoted"),
+], ids=["integer past 64 bits", "mapping as a column value", "text in a numeric column"])
 def test_a_seed_value_its_column_cannot_hold_names_the_column(tmp_path, row, field, problem, fix):
     data = good_task()
     data["seed"] = {"rows": {"accounts": [row]}}
