@@ -122,7 +122,8 @@ def campaign_workers(parent: int) -> list[psutil.Process]:
 def test_a_worker_killed_by_the_kernel_ends_in_one_line_and_the_same_command_resumes(tmp_path):
     run_dir = tmp_path / "run"
     args = ["stage=eval", "tasks=mock", "policy._target_=tests.launch.SlowCoinPolicy", "policy.name=slowcoin",
-            "+extra.turn_delay_s=0.3", "eval.attempts=8", "eval.workers=2", "logger=none", f"run_dir={run_dir}",
+            "+extra.turn_delay_s=0.3", "eval.attempts=4", "eval.concurrency=1", "eval.workers=2", "logger=none",
+            f"run_dir={run_dir}",
             f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db"]
     proc = launch(args)
     deadline, workers = time.monotonic() + 240, []
@@ -139,4 +140,4 @@ def test_a_worker_killed_by_the_kernel_ends_in_one_line_and_the_same_command_res
     assert "was killed by SIGKILL" in lines[0] and "the same command resumes the run" in lines[0]
     done = launch(args)
     assert done.wait(timeout=300) == 0, done.stderr.read()[-2000:]
-    assert len({(task, attempt) for task, attempt, *_ in stored_rows(run_dir)}) == 3 * 8  # mock: 3 tasks
+    assert len({(task, attempt) for task, attempt, *_ in stored_rows(run_dir)}) == 3 * 4  # mock: 3 tasks
