@@ -14,7 +14,8 @@ Every stage goes through `tbx.launch`: a checked job plan, then submitit (in thi
 default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
 input, an unreachable service or a disk that refuses writes print one clear line (file, field, fix)
 and exit with status 2; a run whose every attempt errored exits with status 3 after writing its
-summary; Ctrl-C prints one line and exits 130 (the statuses: tbx/errors.py, docs/guarantees.md).
+summary; Ctrl-C, or a campaign worker killed by a signal, prints one line and exits 130 (the same command
+resumes; the statuses: tbx/errors.py, docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
-from tbx.config_checks import check_composed, compose_config, config_object
+from tbx.config_checks import check_composed, compose_config, config_object, sweep_jobs
 from tbx.config_environment import check_config
 from tbx.durable import check_writable
-from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError
+from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError, RunInterrupted
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 
 register_configs()
@@ -77,21 +78,38 @@ def expand_home(argv: list[str]) -> list[str]:
 
 
 def precheck(argv: list[str]) -> None:
-    """Compose once before Hydra does: a composition mistake (unknown key or option, wrong type,
-    unparsable override) becomes one line and exit status 2, where Hydra prints several lines and
-    exits 1; so does an out_root on a full or read-only disk (Hydra writes its run folder there first).
-    Runs with flags (-m, sweeps) are left to Hydra."""
-    if any(arg.startswith("-") for arg in argv):
+    """Compose before Hydra does: a composition mistake (unknown key or option, wrong type, unparsable
+    override, a value out of range) becomes one line and exit status 2, where Hydra prints several lines
+    and exits 1; so does an out_root on a full or read-only disk (Hydra writes its run folder there first).
+    A multirun (`-m`) composes and checks every job it would start, before the first one starts. Runs
+    with other flags (sweeps, --cfg) are left to Hydra."""
+    flags = {arg for arg in argv if arg.startswith("-")}
+    if flags - MULTIRUN_FLAGS:
         return
-    dict_cfg, error = compose_config(Path(__file__).resolve().parent / "conf", "config", argv)
-    if error is None and not OmegaConf.select(dict_cfg, "show"):
-        try:
-            check_writable(Path(OmegaConf.select(dict_cfg, "out_root", throw_on_resolution_failure=False) or "."))
-        except InputError as exc:
-            error = exc
+    overrides = [arg for arg in argv if not arg.startswith("-")]
+    jobs, error = sweep_jobs(overrides) if flags else ([overrides], None)
+    for job in jobs:
+        error = error or job_error(job)
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
+
+
+MULTIRUN_FLAGS = {"-m", "--multirun"}
+
+
+def job_error(overrides: list[str]) -> InputError | None:
+    """The first mistake in one job's config: its composition, its values, what they name (path kinds, task
+    files, endpoints' keys: check_config), an out_root that takes no write."""
+    dict_cfg, error = compose_config(Path(__file__).resolve().parent / "conf", "config", overrides)
+    if error is not None or OmegaConf.select(dict_cfg, "show"):
+        return error
+    try:
+        check_config(config_object(dict_cfg))
+        check_writable(Path(OmegaConf.select(dict_cfg, "out_root", throw_on_resolution_failure=False) or "."))
+    except InputError as exc:
+        return exc
+    return None
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
@@ -126,10 +144,20 @@ def main(dict_cfg: DictConfig) -> None:
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(EXIT_INPUT)
+    except RunInterrupted as exc:  # as after Ctrl-C: what finished is stored
+        print(f"interrupted: {exc}; the tries that finished are stored; the same command resumes the run",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)
     if result.exit_code:
         sys.exit(result.exit_code)
 
 
+HELP_FLAGS = {"-h", "--help", "--hydra-help"}
+USAGE_MORE = """
+
+Stages: stage=eval, probe, select, train, pipeline, report, view, regrade, validate, serve, serve_model.
+The options of each group: conf/<group>/<option>.yaml (group=option picks one); every setting and its
+value: python launch.py show=true [overrides]."""
 SHOW_WRITES_NOTHING = ("hydra.run.dir=.", "hydra.output_subdir=null", "hydra/job_logging=stdout")
 
 
@@ -141,6 +169,9 @@ def without_run_files(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
+    if HELP_FLAGS & set(sys.argv[1:]):  # Hydra's own help composes the config (and prints it whole)
+        print(__doc__.strip() + USAGE_MORE)
+        sys.exit(0)
     sys.argv[1:] = without_run_files(rewrite_aliases(with_main_job(expand_home(sys.argv[1:]))))
     precheck(sys.argv[1:])
     try:

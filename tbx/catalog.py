@@ -30,6 +30,8 @@ from tbx.tasks.files import task_files
 from tbx.tasks.loader import load_task, read_task_file
 from tbx.tasks.model import ExpectedChange, Task
 from tbx.tasks.mutations import Mutation, mutate
+from tbx.tasks.schema import did_you_mean
+from tbx.tasks.seed_values import check_seed_values
 from tbx.tau2 import is_tau2
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
@@ -252,13 +254,14 @@ def validate_against_domain(task: Task, domain: Domain) -> None:
     tools = set(domain.tool_names)
     for name in task.tools:
         if name not in tools:
-            raise TaskFormatError(task.source, "tools", f"unknown tool {name!r}", f"use tools of {domain.name}: "
-                                  f"{sorted(tools)}")
+            raise TaskFormatError(task.source, "tools", f"unknown tool {name!r}", f"{did_you_mean(name, sorted(tools))}"
+                                  f"use tools of {domain.name}: {sorted(tools)}")
     allowed = set(task.tools) or tools
     for i, step in enumerate(task.reference):
         if step.tool is not None and step.tool not in allowed:
             raise TaskFormatError(task.source, f"reference[{i}].tool", f"{step.tool!r} is not a tool the agent "
-                                  "may call", f"add it to 'tools' or use one of {sorted(allowed)}")
+                                  "may call", f"{did_you_mean(step.tool, sorted(tools))}add it to 'tools' or use one "
+                                  f"of {sorted(allowed)}")
     tables = domain.metadata.tables
     for table, rows in task.seed_rows.items():
         if table not in tables:
@@ -269,6 +272,7 @@ def validate_against_domain(task: Task, domain: Domain) -> None:
             if bad:
                 raise TaskFormatError(task.source, f"seed.rows.{table}[{i}].{sorted(bad)[0]}", "unknown column",
                                       f"use columns of {table}: {sorted(columns)}")
+        check_seed_values(task.source, tables[table], rows)
     for i, spec in enumerate(task.checks.expected or ()):
         field = f"checks.expected[{i}]"
         if spec.table not in tables:

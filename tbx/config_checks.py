@@ -63,6 +63,25 @@ def compose_config(config_dir: str | Path, config_name: str, overrides: Sequence
     return (None, error) if error is not None else (dict_cfg, None)
 
 
+def sweep_jobs(overrides: Sequence[str]) -> tuple[list[list[str]], ConfigError | None]:
+    """The overrides of every job a multirun (`-m`) of `overrides` would start, as Hydra's basic sweeper
+    expands them (`policy=oracle,null_agent eval.attempts=1,2`: four jobs), or the override that does not
+    parse as a ConfigError. A `glob(...)` over a group's options needs Hydra's config loader: no jobs, left
+    to Hydra."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import ValueType
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        if any(override.value_type == ValueType.GLOB_CHOICE_SWEEP for override in parsed):
+            return [], None
+        return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch], None
+    except HydraException as exc:
+        return [], translate(exc, overrides)
+
+
 def composition_error(config_dir: str | Path, config_name: str, overrides: Sequence[str]) -> ConfigError | None:
     """The first composition mistake as a ConfigError, or None."""
     return compose_config(config_dir, config_name, overrides)[1]

@@ -11,12 +11,14 @@ Reads the environment only: does the task path exist, is the key's variable set,
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tbx.config import Config, EndpointConfig
-from tbx.config_values import check_turn_timeout, fail
+from tbx.config_values import check_turn_timeout, fail, value_of
+from tbx.durable import check_folder_path
 from tbx.errors import ConfigError, InputError
 from tbx.traits import traits_of
 
@@ -33,17 +35,51 @@ def check_config(cfg: Config) -> None:
     if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
         raise fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
                    "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
+    _check_path_kinds(cfg)
     for check in stage.environment_checks:
         check(cfg)
     if stage.loads_tasks:
         _check_tasks(cfg)
     if stage.name == "train" and cfg.train.pool:
         _check_pool_finetune(cfg, Path(cfg.train.pool))
+    if cfg.model.path and "model" in stage.uses and (_plays_model(cfg, stage) or stage.name == "serve_model"):
+        _check_model_folder(Path(cfg.model.path))
     for key, endpoint in _endpoints_used(cfg, stage):
         _check_endpoint(cfg, key, endpoint)
         if key == "model.endpoint":
             check_turn_timeout(cfg, endpoint)
     _check_engine(cfg, stage)
+
+
+def _check_path_kinds(cfg: Config) -> None:
+    """Path settings that name the wrong kind of thing, by `stat` alone: a folder setting that is a file or
+    lies below one, and a summary_path that is a folder (found here, not when the run has ended)."""
+    for key in ("backend.workdir", "launcher.folder", "run_dir"):
+        value = value_of(cfg, key)
+        if value:
+            check_folder_path(Path(value), key)
+    if cfg.summary_path:
+        path = Path(cfg.summary_path)
+        if path.is_dir():
+            raise ConfigError(str(path), "summary_path", "is a folder; summary_path names the file the summary "
+                              "JSON is written to", f"give summary_path={path / 'summary.json'} (a file in it)")
+        check_folder_path(path.parent, "summary_path")
+
+
+def _check_model_folder(directory: Path) -> None:
+    """A model folder given as model.path holds a config.json that reads as a JSON object (transformers, vLLM
+    and the weight conversion all read it first)."""
+    config = directory / "config.json"
+    if not config.is_file():
+        return  # named where the model loads (no config.json: not a Hugging Face folder)
+    try:
+        readable = isinstance(json.loads(config.read_text(encoding="utf-8")), dict)
+        problem = "is not a JSON object"
+    except (OSError, ValueError) as exc:
+        readable, problem = False, f"cannot be read as JSON ({str(exc).splitlines()[0]})"
+    if not readable:
+        raise ConfigError(str(config), "model.path", problem, "point model.path at a folder saved with "
+                          "save_pretrained, or restore its config.json")
 
 
 def check_serve_token(cfg: Config) -> None:

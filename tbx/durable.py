@@ -94,14 +94,21 @@ def publish_folder(partial: Path, final: Path) -> Path:
     return final
 
 
+def check_folder_path(folder: Path, field: str) -> None:
+    """Refuse a folder setting that names a file, or a path below one (no folder can be made there), by
+    `stat` alone: nothing is made or written."""
+    taken = next((part for part in (folder, *folder.parents) if part.exists() and not part.is_dir()), None)
+    if taken is not None:
+        below = "" if taken == folder else f" (the setting names {folder}, below it)"
+        raise ConfigError(str(taken), field, f"is a file, not a folder{below}", f"give {field}=DIR (a folder, or "
+                          "a path where one can be made), or move that file away")
+
+
 def check_writable(folder: Path, field: str = "out_root", probe_bytes: int = 65536) -> None:
     """Make `folder`, then write, sync and remove a small file in it: a full or read-only disk is found
     before anything writes there (Hydra makes its own run folder under out_root before tbx runs)."""
     probe = folder / f".tbx-write-check-{os.getpid()}"
-    taken = next((part for part in (folder, *folder.parents) if part.exists() and not part.is_dir()), None)
-    if taken is not None:
-        raise ConfigError(str(taken), field, "is a file, not a folder", f"give {field}=DIR (a folder, or a path "
-                          "where one can be made), or move that file away")
+    check_folder_path(folder, field)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with open(probe, "wb") as handle:

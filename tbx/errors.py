@@ -10,7 +10,8 @@ from __future__ import annotations
 # environment to fix (one line: file, field, fix; nothing of an earlier run changed); 3 the run ended
 # but no attempt reached a verdict (every one errored): its summary is written, pass@1 is undefined;
 # 4 a training run ended without a single model update (every group zero-variance): no trained model;
-# 130 interrupted by Ctrl-C (SIGINT), one line, what finished is stored.
+# 130 interrupted by Ctrl-C (SIGINT) or a campaign worker killed by a signal (the out-of-memory killer), one
+# line, what finished is stored, the same command resumes.
 EXIT_INPUT = 2
 EXIT_NO_VERDICT = 3
 EXIT_NO_UPDATE = 4
@@ -54,6 +55,12 @@ class AgentLeft(TbxError):
     """The agent under test ended its session before the user ended the conversation (an agent served
     over MCP whose client closed or vanished). Not an error: the episode's outcome is `abandoned`,
     counted as a failure (docs/serve.md says why)."""
+
+
+class RunInterrupted(TbxError):
+    """The run was stopped from outside before it ended (a campaign worker killed by a signal: what the
+    kernel's out-of-memory killer does). Nothing stored is lost: launch.py prints one line and exits with
+    EXIT_INTERRUPTED, as after Ctrl-C, and the same command resumes the run."""
 
 
 class InputError(TbxError, ValueError):

@@ -9,7 +9,9 @@ attempts in the store as any process does (`tbx.store.claims`): one verdict per 
 campaign resumes from the store. Workers end with their parent: a SIGKILLed parent takes them along
 (Linux: the parent-death signal; elsewhere within a second), and their claims are taken over at once by
 the next start, like those of any dead process. An input error in a worker (a full disk, an unreachable
-store) stops the campaign with that one line; a crash stops it with the worker's traceback.
+store) stops the campaign with that one line; a worker killed by a signal (the out-of-memory killer) stops it
+as an interruption (`RunInterrupted`: one line, the same command resumes); a crash stops it with the
+worker's traceback.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tbx.campaign.attempts import Attempt, play_attempts
 from tbx.campaign.components import build_backend
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
-from tbx.errors import ConfigError, InputError
+from tbx.errors import ConfigError, InputError, RunInterrupted
 from tbx.preemption import preemption_signal, run_loop
 from tbx.store import ResultStore, open_store
 from tbx.traits import traits_of
@@ -96,8 +98,11 @@ class WorkerFailure:
 
     traceback: str
     input_error: tuple[type[InputError], str, str, str, str] | None = None
+    killed: str | None = None  # a worker that a signal ended, before it could report: how
 
     def error(self) -> Exception:
+        if self.killed is not None:
+            return RunInterrupted(self.killed)
         if self.input_error is not None:
             kind, source, field, problem, fix = self.input_error
             return kind(source, field, problem, fix)
@@ -235,7 +240,20 @@ def _failure(procs: list, reports: list, heard: set[int]) -> WorkerFailure | Non
             message = receive.recv()
         except EOFError:  # its end of the pipe closed without a report
             proc.join()
-            message = WorkerFailure(f"{proc.name} ended without a report (exit {proc.exitcode})")
+            message = WorkerFailure(f"{proc.name} ended without a report (exit {proc.exitcode})",
+                                    killed=_killed(proc))
         if message is not None:
             return message
     return None
+
+
+def _killed(proc) -> str | None:  # a multiprocessing.Process that has ended
+    """How a signal ended `proc` (a negative exit code), or None when it exited by itself."""
+    if proc.exitcode is None or proc.exitcode >= 0:
+        return None
+    try:
+        name = signal.Signals(-proc.exitcode).name
+    except ValueError:
+        name = f"signal {-proc.exitcode}"
+    why = " (what the kernel's out-of-memory killer sends)" if name == "SIGKILL" else ""
+    return f"campaign worker {proc.name} (pid {proc.pid}) was killed by {name}{why}"

@@ -25,15 +25,34 @@ from tbx.store.results import read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange
 
+FIELD = "regrade.run_dir"
+RESTORE = "restore the run folder from a copy, or regrade another run folder"
+
 
 def _load_runtimes(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """Each task's stored runtime (the task, its initial state, its expected changes) by task id; a line
+    that is not one is named with its file and line."""
     runtimes = {}
     for path in sorted(run_dir.glob("tasks*.jsonl")):
-        for line in path.read_text().splitlines():
-            if line.strip():
+        for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
                 data = json.loads(line)
                 runtimes[data["task"]["id"]] = data
+            except (ValueError, TypeError, KeyError) as exc:
+                raise ConfigError(str(path), FIELD, f"line {number} is not a stored task ({type(exc).__name__}: "
+                                  f"{str(exc)[:80]})", RESTORE) from None
     return runtimes
+
+
+def _check_tasks_stored(run_dir: Path, records: list[StoredTry], runtimes: dict[str, Any]) -> None:
+    """Every task a stored try played is in the run's tasks.jsonl: checked before any try is graded again."""
+    missing = sorted({record.task_id for record in records} - set(runtimes))
+    if missing:
+        raise ConfigError(str(run_dir / "tasks.jsonl"), FIELD, f"holds no task {missing[0]!r} ({len(missing)} "
+                          "task(s) its stored tries played are missing); regrade needs each task's initial state "
+                          "and expected changes", RESTORE)
 
 
 def regrade_record(record: StoredTry, runtime: dict[str, Any]) -> Outcome:
@@ -62,9 +81,17 @@ def run_regrade(cfg: Config) -> RegradeResult:
     if not (run_dir / "results.sqlite").is_file() and not cfg.store.url:
         raise ConfigError(str(run_dir), "regrade.run_dir", "holds no results.sqlite",
                           "point it at an eval or probe run folder (or give store.url)")
-    run_id = read_run_meta(run_dir / "run.json")["identity"]
-    records = read_records(cfg.store.url or run_dir, run_id)
+    if not (run_dir / "run.json").is_file():
+        raise ConfigError(str(run_dir / "run.json"), FIELD, "is missing; it holds the run's identity, which names "
+                          "its stored tries", RESTORE)
+    try:
+        run_id = read_run_meta(run_dir / "run.json")["identity"]
+    except (ConfigError, KeyError) as exc:
+        problem = exc.problem if isinstance(exc, ConfigError) else "is damaged (no identity)"
+        raise ConfigError(str(run_dir / "run.json"), FIELD, problem, RESTORE) from None
+    records = read_records(cfg.store.url or run_dir, run_id, FIELD, RESTORE)
     runtimes = _load_runtimes(run_dir)
+    _check_tasks_stored(run_dir, records, runtimes)
     checked, reproduced, mismatches = 0, 0, []
     for record in records:
         if record.final_delta is None or record.outcome in ERROR_OUTCOMES:

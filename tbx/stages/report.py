@@ -39,7 +39,7 @@ def load_run(run_dir: Path, name: str, store_url: str | None, allow_incomplete: 
                           "list the folders stage=eval printed")
     meta = read_run_meta(run_dir / "run.json")
     run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
-    tries = read_records(store_url or run_dir, meta["identity"])
+    tries = read_records(store_url or run_dir, meta["identity"], "runs")
     finals: dict[tuple[str, int], StoredTry] = {}
     for record in tries:
         finals[(record.task_id, record.attempt)] = record

@@ -91,7 +91,7 @@ def run_select(cfg: Config) -> PoolSelection:
         raise ConfigError(str(probe_dir), "select.probe_run", "is not a probe run folder (no run.json)",
                           "point it at the folder stage=probe printed")
     probe_id = read_run_meta(probe_dir / "run.json")["identity"]
-    records = read_records(cfg.store.url or probe_dir, probe_id)
+    records = read_records(cfg.store.url or probe_dir, probe_id, "select.probe_run")
     if not records:
         raise ConfigError(str(probe_dir), "select.probe_run", "holds no probe attempts", "run stage=probe first")
     manifest = build_manifest(cfg, probe_dir, records)

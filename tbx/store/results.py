@@ -334,8 +334,9 @@ def open_store(url: str | None, run_dir: Path, run_id: str, stage: str, timeout_
     return store
 
 
-def _record_blobs(source: str | Path, run_id: str | None = None) -> Iterator[str]:
-    """The stored JSON of every try from a run folder, a results.sqlite file or a database URL."""
+def _record_blobs(source: str | Path, run_id: str | None = None) -> Iterator[tuple[str, str, int, int]]:
+    """(stored JSON, task id, attempt, try) of every try from a run folder, a results.sqlite file or a
+    database URL."""
     text = str(source)
     if "://" in text:
         engine = create_engine(text)
@@ -347,26 +348,39 @@ def _record_blobs(source: str | Path, run_id: str | None = None) -> Iterator[str
         check_store_file(path)
         engine = create_engine(f"sqlite:///{path}")
     try:
-        query = select(attempts.c.record).order_by(attempts.c.run_id, attempts.c.task_id, attempts.c.attempt,
-                                                   attempts.c.try_index)
+        c = attempts.c
+        query = select(c.record, c.task_id, c.attempt, c.try_index).order_by(c.run_id, c.task_id, c.attempt,
+                                                                            c.try_index)
         if run_id is not None:
-            query = query.where(attempts.c.run_id == run_id)
+            query = query.where(c.run_id == run_id)
         with engine.connect() as conn:
-            yield from (blob for (blob,) in conn.execute(query))
+            yield from (tuple(row) for row in conn.execute(query))
     finally:
         engine.dispose()
 
 
-def read_records(source: str | Path, run_id: str | None = None) -> list[StoredTry]:
-    """Every stored try from a run folder, a results.sqlite file or a database URL."""
-    return [StoredTry.parse(blob) for blob in _record_blobs(source, run_id)]
+def read_records(source: str | Path, run_id: str | None = None, field: str = "run_dir",
+                 fix: str = DAMAGED_FIX) -> list[StoredTry]:
+    """Every stored try from a run folder, a results.sqlite file or a database URL; one that does not read
+    back as a try (edited, cut short, written by another tool) is named with `field`, the setting that
+    gave `source`, and `fix`."""
+    tries = []
+    for blob, task_id, attempt, try_index in _record_blobs(source, run_id):
+        try:
+            tries.append(StoredTry.parse(blob))
+        except (ValueError, TypeError, KeyError) as exc:
+            where = Path(source) / "results.sqlite" if Path(str(source)).is_dir() else source
+            raise ConfigError(str(where), field, f"holds a stored try that is not a tbx record (task {task_id} "
+                              f"attempt {attempt} try {try_index}: {type(exc).__name__}: {str(exc)[:80]})",
+                              fix) from None
+    return tries
 
 
 def records_digest(source: str | Path) -> str:
     """A hash of every stored try (as stored, not decoded): what a replay of this store would play."""
     digest = hashlib.sha256()
     try:
-        for blob in _record_blobs(source):
+        for blob, *_ in _record_blobs(source):
             digest.update(blob.encode() + b"\0")
     except OperationalError:  # no table yet: an empty store
         pass

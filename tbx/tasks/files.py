@@ -81,16 +81,31 @@ def _too_deep(source: str, line: object) -> TaskFormatError:
                  "flatten the data; a task needs a few levels", "(file)")
 
 
+def _where(mark: yaml.Mark | None) -> str:
+    """`line L, column C` of a YAML mark (both counted from 1), as an editor shows them."""
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "line ?"
+
+
+def _self_alias(source: str, event: yaml.AliasEvent) -> TaskFormatError:
+    return _fail(source, f"the alias *{event.anchor} ({_where(event.start_mark)}) is inside the value its anchor "
+                 f"&{event.anchor} names, so that value would contain itself", "write the value out, or refer "
+                 "only to an anchor whose value has ended before the alias", "(file)")
+
+
 def _bounded_yaml(text: str, source: str) -> object:
-    depth = 0
+    """The YAML document, its nesting bounded and an alias to a value it is inside (a value that would
+    contain itself, which no task can hold and JSON cannot write) refused, both from the event stream."""
+    open_anchors: list[str | None] = []  # the anchor of each collection not yet ended
     try:
         for event in yaml.parse(text, Loader=_LOADER):
             if isinstance(event, yaml.CollectionStartEvent):
-                depth += 1
-                if depth > MAX_DEPTH:
+                open_anchors.append(event.anchor)
+                if len(open_anchors) > MAX_DEPTH:
                     raise _too_deep(source, event.start_mark.line + 1 if event.start_mark else "?")
             elif isinstance(event, yaml.CollectionEndEvent):
-                depth -= 1
+                open_anchors.pop()
+            elif isinstance(event, yaml.AliasEvent) and event.anchor in open_anchors:
+                raise _self_alias(source, event)
     except yaml.MarkedYAMLError as exc:  # libyaml's scanner, which reads ahead, stops at its own 1,000 levels
         if "nesting depth" not in str(exc.problem):
             raise
@@ -112,6 +127,9 @@ def _depth(value: object) -> int:
 def _json_line(line: str, source: str, number: int) -> object:
     try:
         value = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise _fail(source, f"is not valid YAML/JSON at line {number}, column {exc.colno}: {exc.msg}",
+                    "fix the syntax there (one task object per line)", "(file)") from None
     except RecursionError:
         too_deep = True
     else:
@@ -127,7 +145,11 @@ def parse_task_text(text: str, source: str, jsonl: bool) -> object:
         if jsonl:
             return [_json_line(line, source, i + 1) for i, line in enumerate(text.splitlines()) if line.strip()]
         return _bounded_yaml(text, source)
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
+    except yaml.MarkedYAMLError as exc:  # where the parser stopped, and what it expected there
+        what = ": ".join(part for part in (exc.context, exc.problem) if part)
+        raise _fail(source, f"is not valid YAML/JSON at {_where(exc.problem_mark)}: {what}", "fix the syntax there",
+                    "(file)") from None
+    except yaml.YAMLError as exc:
         raise _fail(source, f"is not valid YAML/JSON: {exc}".splitlines()[0], "fix the syntax", "(file)") from exc
 
 

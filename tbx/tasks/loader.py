@@ -172,6 +172,10 @@ def load_task(data: Any, source: str, policy_text: str = "") -> Task:
     if not task_id.isprintable() or len(task_id) > 200:  # it names rows, files and lines of a report
         raise _fail(source, "id", f"{task_id[:60]!r} holds a control character (or is over 200 characters)",
                     "use printable text: letters, digits, '-', '_' and '/'")
+    other = [c for c in task_id if not (c.isalnum() or c in "-_/")]  # docs/tasks.md's alphabet: ids land in
+    if other:  # URLs, HTML and file names
+        raise _fail(source, "id", f"{task_id[:60]!r} holds {other[0]!r}, outside the id alphabet",
+                    "use letters, digits, '-', '_' and '/' only (e.g. my_domain/refund-7)")
     split = data["split"]
     if split not in ("bench", "train"):
         raise _fail(source, "split", f"is {split!r}", "use 'bench' (evaluation) or 'train' (training pool)")

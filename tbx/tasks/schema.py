@@ -111,6 +111,12 @@ def field_name(loc: tuple[int | str, ...]) -> str:
     return text
 
 
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """`did you mean 'CLOSEST'? Otherwise ` when a choice is close to the misspelt `name`; empty otherwise."""
+    close = difflib.get_close_matches(name, choices, n=1)
+    return f"did you mean '{close[0]}'? Otherwise " if close else ""
+
+
 def unknown_key(data: dict, source: str) -> TaskFormatError | None:
     """The first key of `data`, at any depth, that the task format does not have."""
     try:
@@ -121,9 +127,8 @@ def unknown_key(data: dict, source: str) -> TaskFormatError | None:
                 continue  # a value of the wrong shape: the loader names its fix
             loc = tuple(error["loc"])
             keys = list(_model_at(loc[:-1]).model_fields)
-            close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
             where = field_name(loc[:-1]) or "a task"
-            hint = f"did you mean '{close[0]}'? Otherwise " if close else ""
             return TaskFormatError(source, field_name(loc), "unknown key",
-                                   f"{hint}remove it or use the keys of {where}: {', '.join(keys)}")
+                                   f"{did_you_mean(str(loc[-1]), keys)}remove it or use the keys of {where}: "
+                                   f"{', '.join(keys)}")
     return None

@@ -21,7 +21,8 @@ from sqlalchemy import Engine, create_engine, func, select, tuple_
 from tbx.cost import run_pricing
 from tbx.errors import ConfigError
 from tbx.records import StoredTry
-from tbx.store.results import attempts
+from tbx.runs import read_run_meta
+from tbx.store.results import attempts, check_store_file
 
 OUTCOMES = ("success", "failure", "abandoned", "infra_error", "user_sim_error", "verifier_error", "excluded")
 JUDGE_DECISIONS = ("passed", "failed", "none")  # every judge rule passed / one failed / no judge rule
@@ -207,12 +208,18 @@ def load_folder(index: int, run_dir: Path, store_url: str | None) -> StoredRun:
     if not (run_dir / "run.json").is_file() or not (run_dir / "config.yaml").is_file():
         raise ConfigError(str(run_dir), "runs", "is not a run folder (no run.json or config.yaml)",
                           "give the folders stage=eval printed")
-    meta = json.loads((run_dir / "run.json").read_text())
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
     store = run_dir / "results.sqlite"
     if not store_url and not store.is_file():
         raise ConfigError(str(run_dir), "runs", "has no results.sqlite", "give store.url=URL if the run stored its "
                           "results in a database")
+    try:  # what cannot be read is named before the viewer starts (never a page that fails)
+        meta = read_run_meta(run_dir / "run.json")
+        if not store_url:
+            check_store_file(store)
+    except ConfigError as exc:
+        raise ConfigError(exc.source, "runs", exc.problem, "give the folders of intact runs (restore this one "
+                          "from a copy)") from None
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
     agent, pricing = _agent(config), run_pricing(config)
     return StoredRun(index=index, name=agent, run_id=meta["identity"], source=store_url or f"sqlite:///{store}",
                      k=int(config["eval"]["attempts"]), agent=agent, stage=config["stage"]["name"],

@@ -4,6 +4,7 @@ twice; the default number of workers."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -103,3 +104,40 @@ def test_workers_with_a_model_tbx_serves_itself_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="eval.workers"):
         check_workers(make_cfg(tmp_path, "policy=model", "eval.workers=2"))
     check_workers(make_cfg(tmp_path, "policy=model", "eval.workers=2", "model.endpoint.base_url=http://x:1/v1"))
+
+
+def campaign_workers(parent: int) -> list[psutil.Process]:
+    """The campaign's worker processes (spawned children running multiprocessing's spawn entry; not the
+    resource tracker)."""
+    found = []
+    for child in psutil.Process(parent).children():
+        try:
+            if "multiprocessing.spawn" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # ended meanwhile
+            continue
+    return found
+
+
+def test_a_worker_killed_by_the_kernel_ends_in_one_line_and_the_same_command_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["stage=eval", "tasks=mock", "policy._target_=tests.launch.SlowCoinPolicy", "policy.name=slowcoin",
+            "+extra.turn_delay_s=0.3", "eval.attempts=4", "eval.concurrency=1", "eval.workers=2", "logger=none",
+            f"run_dir={run_dir}",
+            f"out_root={tmp_path}", f"backend.workdir={tmp_path}/db"]
+    proc = launch(args)
+    deadline, workers = time.monotonic() + 240, []
+    # the event: both workers started and a first try stored (so the campaign is under way), never a fixed sleep
+    while proc.poll() is None and time.monotonic() < deadline and not (len(workers) == 2 and stored_rows(run_dir)):
+        workers = campaign_workers(proc.pid) if len(workers) < 2 else workers
+        time.sleep(0.05)
+    assert proc.poll() is None and len(workers) == 2, "the campaign ended before a worker could be killed"
+    workers[0].send_signal(signal.SIGKILL)  # what the out-of-memory killer does
+    rc, err = proc.wait(timeout=120), proc.stderr.read()
+    lines = [line for line in err.splitlines() if line.strip() and "%|" not in line]  # progress bars aside
+    assert rc == 130 and "Traceback" not in err, err[-3000:]  # before: the worker's traceback, exit 1
+    assert len(lines) == 1 and re.match(r"interrupted: campaign worker tbx-worker-[01] \(pid \d+\)", lines[0]), lines
+    assert "was killed by SIGKILL" in lines[0] and "the same command resumes the run" in lines[0]
+    done = launch(args)
+    assert done.wait(timeout=300) == 0, done.stderr.read()[-2000:]
+    assert len({(task, attempt) for task, attempt, *_ in stored_rows(run_dir)}) == 3 * 4  # mock: 3 tasks

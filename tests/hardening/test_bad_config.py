@@ -392,3 +392,66 @@ def test_edges_of_another_band_count_name_the_pools_keep_ranges():
         config_object(dict_cfg)
     assert (error.value.source, error.value.field) == ("conf/pool/full_param.yaml", "pool.keep_ranges")
     assert "has 3 entries" in error.value.problem and "pool.keep_ranges=[[LOW,HIGH]]" in error.value.fix
+
+
+# --- multirun, path kinds, --help: one line (or a short usage), before any job starts -----------------------------
+
+@pytest.mark.parametrize(("sweep", "line"), [
+    ("policy=oracle,nul", "error: conf/policy/nul.yaml: field 'policy': no option 'nul'. Fix: use one of model, "
+     "null_agent, oracle, replay"),
+    ("eval.attempts=1,x", "error: command line 'eval.attempts=x': field 'eval.attempts': Value 'x' of type 'str' "
+     "could not be converted to Integer"),
+    ("eval.attempts=1,0", "error: conf/config.yaml: field 'eval.attempts': is 0. Fix: give eval.attempts >= 1"),
+], ids=["misspelt option in a comma list", "non-number in a swept integer", "a swept value out of range"])
+def test_a_multirun_checks_every_job_before_the_first_starts(tmp_path, sweep, line):
+    out = launch("-m", "stage=eval", "tasks=mock", "policy=oracle", sweep, "logger=none", f"out_root={tmp_path}/out",
+                 f"backend.workdir={tmp_path}/db")
+    assert out.returncode == 2 and len(error_lines(out)) == 1, out.stderr[-2000:]  # Hydra: several lines, status 1
+    assert error_lines(out)[0].startswith(line), error_lines(out)
+    assert sorted(tmp_path.rglob("eval-*")) == []  # no job ran: the first (valid) one would have made its run folder
+
+
+def test_a_multirun_is_expanded_as_hydras_basic_sweeper_expands_it():
+    from tbx.config_checks import sweep_jobs
+
+    jobs, error = sweep_jobs(["stage=eval", "eval.attempts=range(1,3)", "tasks=mock,travel"])
+    assert error is None and jobs == [["stage=eval", "eval.attempts=1", "tasks=mock"],
+                                      ["stage=eval", "eval.attempts=1", "tasks=travel"],
+                                      ["stage=eval", "eval.attempts=2", "tasks=mock"],
+                                      ["stage=eval", "eval.attempts=2", "tasks=travel"]]
+    assert sweep_jobs(["policy=glob(*)"]) == ([], None)  # needs Hydra's config loader: left to Hydra
+
+
+@pytest.mark.parametrize(("setting", "source", "problem"), [
+    ("summary_path={tmp}/folder", "{tmp}/folder", "is a folder; summary_path names the file"),
+    ("backend.workdir={tmp}/afile/db", "{tmp}/afile", "is a file, not a folder (the setting names {tmp}/afile/db"),
+], ids=["summary_path an existing folder", "backend.workdir below a file"])
+def test_a_path_setting_that_names_the_wrong_kind_of_thing_stops_before_the_run(tmp_path, setting, source, problem):
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "afile").write_text("x")
+    args = ["stage=eval", "tasks=mock", "policy=oracle", "logger=none", f"out_root={tmp_path}/out",
+            f"backend.workdir={tmp_path}/db", setting.format(tmp=tmp_path)]
+    out = launch(*args)
+    field = setting.partition("=")[0]
+    assert out.returncode == 2 and error_lines(out) == [error_lines(out)[0]], out.stderr[-2000:]
+    assert error_lines(out)[0].startswith(f"error: {source.format(tmp=tmp_path)}: field '{field}': "
+                                          f"{problem.format(tmp=tmp_path)}"), error_lines(out)
+    assert sorted(tmp_path.rglob("eval-*")) == []  # stopped at the start: before, the whole eval ran, then a traceback
+
+
+def test_a_model_folder_with_a_broken_config_json_is_one_line(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "llama",')  # cut short
+    (tmp_path / "model" / "model.safetensors").write_bytes(b"\0" * 64)
+    with pytest.raises(ConfigError) as error:
+        check_config(compose_cfg("stage=eval", "tasks=mock", "policy=model", f"model.path={tmp_path / 'model'}"))
+    assert (error.value.source, error.value.field) == (str(tmp_path / "model" / "config.json"), "model.path")
+    assert "cannot be read as JSON" in error.value.problem and "restore its config.json" in error.value.fix
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "--hydra-help"])
+def test_help_prints_a_short_usage(flag):
+    out = launch(flag)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stdout.startswith("The single entry point") and "stage=" in out.stdout
+    assert len(out.stdout.splitlines()) < 40  # Hydra's: the whole config, 287 lines

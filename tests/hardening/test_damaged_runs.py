@@ -153,3 +153,47 @@ def test_ctrl_c_mid_eval_is_one_line_and_resumes(tmp_path):
     resumed = subprocess.run([sys.executable, "launch.py", *args], capture_output=True, text=True, cwd=ROOT,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
+
+
+def record_not_json(folder: Path) -> None:
+    with sqlite3.connect(folder / "results.sqlite") as db:
+        db.execute("UPDATE attempts SET record = '{not json' WHERE rowid = (SELECT min(rowid) FROM attempts)")
+
+
+def tasks_emptied(folder: Path) -> None:
+    (folder / "tasks.jsonl").write_text("")
+
+
+def run_json_removed(folder: Path) -> None:
+    (folder / "run.json").unlink()
+
+
+@pytest.mark.parametrize(("damage", "file", "problem"), [
+    (record_not_json, "results.sqlite", "holds a stored try that is not a tbx record (task mock/"),
+    (tasks_emptied, "tasks.jsonl", "holds no task 'mock/"),
+    (run_json_removed, "run.json", "is missing; it holds the run's identity"),
+], ids=["a stored record that is not JSON", "a task missing from tasks.jsonl", "no run.json"])
+def test_regrade_over_a_damaged_run_folder_is_one_line(finished, tmp_path, damage, file, problem):
+    folder = tmp_path / "copy"
+    shutil.copytree(finished, folder)
+    damage(folder)
+    out = subprocess.run([sys.executable, "launch.py", "stage=regrade", f"regrade.run_dir={folder}", "logger=none",
+                          f"hydra.run.dir={tmp_path}/hydra"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]  # before: a traceback, exit 1
+    assert lines[0].startswith(f"error: {folder / file}: field 'regrade.run_dir': {problem}"), lines
+    assert "Fix: restore the run folder from a copy" in lines[0]
+    assert not (folder / "regrade.json").exists()
+
+
+def test_view_over_a_store_that_is_not_a_database_is_one_line(finished, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(finished, folder)
+    replace_by_text(folder)
+    out = subprocess.run([sys.executable, "launch.py", "stage=view", f"runs=[{folder}]", f"view.export={tmp_path}/site",
+                          "logger=none", f"hydra.run.dir={tmp_path}/hydra"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr[-2000:]  # before: a traceback, exit 1
+    assert lines[0].startswith(f"error: {folder / 'results.sqlite'}: field 'runs': is not a SQLite results store")
+    assert not (tmp_path / "site").exists()

@@ -63,10 +63,16 @@ def test_malformed_task_names_file_field_and_fix(tmp_path, change, field, fix):
     assert fix in str(info.value)
 
 
-def test_invalid_yaml_names_the_file(tmp_path):
-    path = tmp_path / "broken.yaml"
-    path.write_text("id: [unclosed\n")
-    with pytest.raises(TaskFormatError, match="broken.yaml: field '\\(file\\)': is not valid YAML"):
+@pytest.mark.parametrize(("name", "text", "match"), [
+    ("broken.yaml", "id: [unclosed\n", "broken.yaml: field '\\(file\\)': is not valid YAML"),
+    # the list is never closed: the parser stops on line 3, where it says what it expected
+    ("broken.yaml", "id: x\nuser: [a, b\nsplit: bench\n", "at line 3, column 6: .*expected ',' or ']'"),
+    ("broken.jsonl", '{"id": "a"}\n{"id": \n', "at line 2, column 8"),
+], ids=["yaml", "yaml line and column", "json lines line and column"])
+def test_invalid_yaml_names_the_file_line_and_column(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(TaskFormatError, match=match):
         resolve_tasks(TasksConfig(name="files", path=str(path)))
 
 
@@ -89,3 +95,64 @@ def test_load_task_keeps_structure():
     assert task.user.private_facts["owner_name"].kind is None  # inferred by the scripted user
     assert task.reference[2].arguments["amount"] == 5
     assert task.content_hash == load_task(good_task(), "elsewhere", "x").content_hash
+
+
+# --- the values a task file can hold but a run cannot use: one line each, before any database is built -----------
+
+@pytest.mark.parametrize(("row", "field", "problem", "fix"), [
+    ({"id": 2**70, "owner": "Dee", "balance": 2}, "seed.rows.accounts[0].id", "past the 64-bit integers",
+     "give a value in -9223372036854775808..9223372036854775807"),
+    ({"id": 9, "owner": {"first": "Dee"}, "balance": 2}, "seed.rows.accounts[0].owner", "is a mapping",
+     "not a mapping"),
+    ({"id": 9, "owner": "Dee", "balance": "lots"}, "seed.rows.accounts[0].balance", "is 'lots', not a number",
+     "unquoted"),
+], ids=["integer past 64 bits", "mapping as a column value", "text in a numeric column"])
+def test_a_seed_value_its_column_cannot_hold_names_the_column(tmp_path, row, field, problem, fix):
+    data = good_task()
+    data["seed"] = {"rows": {"accounts": [row]}}
+    path = write(tmp_path, data)
+    with pytest.raises(TaskFormatError) as info:  # before: InfraError from the template build ("a service it uses")
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+    error = info.value
+    assert (error.source, error.field) == (str(path), field) and problem in error.problem and fix in error.fix, error
+
+
+@pytest.mark.parametrize("task_id", ["mock/a<b", 'mock/a"b', "mock/a=b", "mock/a b"])
+def test_an_id_outside_the_documented_alphabet_is_refused(tmp_path, task_id):
+    path = write(tmp_path, good_task() | {"id": task_id})
+    with pytest.raises(TaskFormatError) as info:
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+    assert info.value.field == "id" and "outside the id alphabet" in info.value.problem
+    assert "letters, digits, '-', '_' and '/'" in info.value.fix
+
+
+def test_ids_of_the_documented_alphabet_load(tmp_path):
+    path = write(tmp_path, good_task() | {"id": "tau2_retail/12"})
+    assert [t.id for t in resolve_tasks(TasksConfig(name="files", path=str(path)))] == ["tau2_retail/12"]
+
+
+def test_a_yaml_alias_that_refers_to_itself_is_one_line(tmp_path):
+    text = yaml.safe_dump(good_task()).replace("- arguments:\n    account_id: 1\n",
+                                               "- arguments: &args\n    account_id: 1\n    again: *args\n")
+    assert "*args" in text
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    with pytest.raises(TaskFormatError) as info:  # before: "Circular reference detected" from the run identity
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+    assert info.value.field == "(file)" and "the alias *args (line" in info.value.problem, info.value
+
+
+def test_an_alias_to_an_ended_value_is_kept(tmp_path):
+    text = yaml.safe_dump(good_task()).replace("family: transfer\n", "family: &f transfer\n") + "policy: *f\n"
+    path = tmp_path / "task.yaml"
+    path.write_text(text)
+    assert resolve_tasks(TasksConfig(name="files", path=str(path)))[0].policy == "transfer"
+
+
+def test_a_misspelt_tool_in_a_reference_gets_did_you_mean(tmp_path):
+    data = good_task()
+    data["reference"][1]["tool"] = "get_acount"
+    path = write(tmp_path, data)
+    with pytest.raises(TaskFormatError) as info:
+        resolve_tasks(TasksConfig(name="files", path=str(path)))
+    assert info.value.field == "reference[1].tool" and info.value.fix.startswith("did you mean 'get_account'?")
