@@ -155,6 +155,9 @@ class Summary:
     tasks_any: int  # tasks solved at least once
     incomplete: tuple[str, ...] = ()
     by_domain: dict[str, Summary] = field(default_factory=dict)
+    # τ²-bench's pass^k: the mean over tasks of the unbiased P(all k attempts succeed), C(c, k) / C(n, k); with
+    # exactly k attempts per task it is observed k/k
+    pass_hat_k: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,7 +183,8 @@ def _task_arrays(outcomes: Mapping[str, Sequence[bool]], k: int) -> dict[str, np
     n = np.array([len(v) for v in judged], dtype=np.int64)
     c = np.array([sum(bool(x) for x in v) for v in judged], dtype=np.int64)
     pak = np.array([pass_at_k(int(ni), int(ci), min(k, int(ni))) for ni, ci in zip(n, c, strict=True)])
-    return {"n": n, "c": c, "pass_at_k": pak, "all": (c == n).astype(np.float64)}
+    hat = np.array([pass_hat_k(int(ni), int(ci), min(k, int(ni))) for ni, ci in zip(n, c, strict=True)])
+    return {"n": n, "c": c, "pass_at_k": pak, "pass_hat_k": hat, "all": (c == n).astype(np.float64)}
 
 
 def _summary(outcomes: Mapping[str, Sequence[bool]], k: int, incomplete: tuple[str, ...]) -> Summary:
@@ -191,7 +195,7 @@ def _summary(outcomes: Mapping[str, Sequence[bool]], k: int, incomplete: tuple[s
         n_tasks=len(a["n"]), attempts=int(a["n"].sum()), successes=int(a["c"].sum()), k=k,
         pass_at_1=float(a["c"].sum() / a["n"].sum()), pass_at_k=float(a["pass_at_k"].mean()),
         observed_all=float(a["all"].mean()), tasks_all=int(a["all"].sum()), tasks_any=int((a["c"] > 0).sum()),
-        incomplete=tuple(t for t in incomplete if t in outcomes))
+        incomplete=tuple(t for t in incomplete if t in outcomes), pass_hat_k=float(a["pass_hat_k"].mean()))
 
 
 def summarize(outcomes: Mapping[str, Sequence[bool]], domains: Mapping[str, str] | None = None, *,

@@ -55,6 +55,8 @@ class EvalResult(OutcomeSummary):
     error_tries: int  # tries that ended in an error outcome (re-run ones included)
     cost_usd: float  # every try's
     tally: AttemptTally  # the attempts asked: judged, errored, excluded, abandoned, missing
+    # pass^k, τ²-bench's reliability figure: the mean over tasks of the unbiased P(all k attempts succeed)
+    pass_hat_k: float | None = None
     exit_code: int = 0  # EXIT_NO_VERDICT when every attempt errored
 
     @staticmethod

@@ -232,6 +232,10 @@ def test_pass_curves() -> None:
     assert curves.pass_at_k[-1] == pytest.approx(s.pass_at_k)
     assert curves.pass_hat_k[-1] == pytest.approx(s.observed_all)
     assert pass_curves(outcomes, attempts=2).ks == (1, 2)
+    # the summary carries τ²-bench's pass^k beside pass@k: a C(1,3)/C(3,3) = 0, b 1 -> 1/2; at k=2 (a has 4
+    # attempts, 2 successes: C(2,2)/C(4,2) = 1/6; b 1) -> 7/12
+    assert s.pass_hat_k == pytest.approx(0.5) == curves.pass_hat_k[-1]
+    assert summarize({"a": [T, F, T, F], "b": [T, T]}, attempts=2).pass_hat_k == pytest.approx(7 / 12)
     with pytest.raises(IncompleteInventoryError, match=r"b \(1 of 3\)"):
         pass_curves({"a": [T, F, T], "b": [F]})
     # allowed: b counts at min(k, 1): pass@k a = 1 for k >= 2, b = 0 -> 1/2; pass^k a = 2/3, 1/3, 0

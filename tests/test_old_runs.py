@@ -73,6 +73,7 @@ def test_a_resumed_run_finds_nothing_to_play_and_sums_up_as_it_did(runs):
         today = summary.to_json()
         assert today.pop("tally") == {"asked": 9, "judged": 8, "errored": 1, "excluded": 0, "abandoned": 0,
                                       "missing": 0}  # a key summary.json has had since
+        assert today.pop("pass_hat_k") == 0.0  # so has pass^k: no task succeeded in all its judged attempts
         assert json.dumps(today, indent=2) == written  # summary.json, byte for byte
         store.append(replace(finals[0], attempt=3), 0.0)  # a try stored today lands beside the old ones
     finally:

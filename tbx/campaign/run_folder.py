@@ -77,8 +77,8 @@ def log_summary(cfg: Config, run_dir: Path, summary: EvalResult, prefix: str,
                 records: list[StoredTry] | None = None) -> None:
     """Headline metrics per domain, a per-family table and, given the records, the episode table to the
     logging sink."""
-    metrics = {f"{prefix}/{key}": getattr(summary, key) for key in ("pass_at_1", "pass_at_k", "observed_all",
-                                                                   "n_tasks", "episodes", "cost_usd")
+    metrics = {f"{prefix}/{key}": getattr(summary, key) for key in ("pass_at_1", "pass_at_k", "pass_hat_k",
+                                                                   "observed_all", "n_tasks", "episodes", "cost_usd")
                if getattr(summary, key) is not None}
     metrics |= {f"{prefix}/outcome/{name}": count for name, count in summary.counts.items()}
     metrics |= {f"{prefix}/attempts/{name}": count for name, count in asdict(summary.tally).items()}
@@ -103,7 +103,7 @@ def headline(records: list[StoredTry], attempts: int) -> dict[str, Any]:
         return {"pass_at_k": None, "observed_all": None, "incomplete_tasks": tuple(sorted(outcomes))}
     summary = summarize(outcomes, attempts=attempts, allow_incomplete=True)
     return {"pass_at_k": summary.pass_at_k, "observed_all": summary.observed_all,
-            "incomplete_tasks": tuple(summary.incomplete)}
+            "incomplete_tasks": tuple(summary.incomplete), "pass_hat_k": summary.pass_hat_k}
 
 
 @dataclass
@@ -167,6 +167,10 @@ def write_summary(cfg: Config, run_dir: Path, log: ResultStore, task_ids: Iterab
     if cfg.summary_path:
         write_text(cfg.summary_path, text, "summary_path")
     print(format_summary(outcomes, title, summary.tally), file=out or sys.stdout)
+    if summary.k > 1 and summary.pass_at_k is not None:
+        print(f"k={summary.k}: pass@{summary.k} {100 * summary.pass_at_k:.1f}%  pass^{summary.k} "
+              f"{100 * summary.pass_hat_k:.1f}%  observed {summary.k}/{summary.k} {100 * summary.observed_all:.1f}%",
+              file=out or sys.stdout)
     print(f"look at the episodes: {viewer_command([str(run_dir)])}", file=out or sys.stdout)
     if no_verdict:
         print(f"no attempt reached a verdict ({summary.errors} errors, {summary.counts['excluded']} "

@@ -82,6 +82,7 @@ def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
     rows = [
         ("pass@1 (%)", lambda s: s.summary.pass_at_1, RATE),
         (f"pass@{k} (%)", lambda s: s.summary.pass_at_k, RATE),
+        (f"pass^{k} (%)", lambda s: s.summary.pass_hat_k, RATE),  # τ²-bench's figure: solved in all k (unbiased)
         (f"observed {k}/{k} (%)", lambda s: s.summary.observed_all, RATE),
         ("successful attempts", lambda s: s.summary.successes, COUNT),
         ("judged attempts", lambda s: s.summary.attempts, COUNT),
@@ -90,7 +91,7 @@ def _metric_rows(k: int) -> list[tuple[str, Callable[[RunStats], Any], str]]:
         ("errors and exclusions (not failures)", lambda s: sum(s.errors.values()), COUNT),
         (f"cost per reliable ({k}/{k}) task (USD)", lambda s: s.reliability.per_reliable_task, USD),
     ]
-    return rows if k > 1 else rows[:1] + rows[2:]  # with k = 1, pass@k is pass@1
+    return rows if k > 1 else rows[:1] + rows[3:]  # with k = 1, pass@k and pass^k are pass@1
 
 
 def _rate_field(label: str) -> str:
@@ -105,6 +106,8 @@ def _paired_cell(comparison: Comparison, label: str) -> tuple[list[float] | None
     paired = comparison.overall
     if paired is None:
         return None, "no shared task"
+    if label.startswith("pass^"):  # the paired bootstrap covers pass@1, pass@k and observed k/k
+        return None, ""
     i = paired.interval(_rate_field(label))
     plain = [round(100 * v, 6) for v in (i.estimate, i.low, i.high)]
     return plain, f"{100 * i.estimate:+.2f} [{100 * i.low:+.2f}, {100 * i.high:+.2f}]"
