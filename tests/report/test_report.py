@@ -75,6 +75,8 @@ def test_markdown_has_three_tables_with_marked_best(report) -> None:
     # ... though 24 of 24 against 0 of 24 cannot show +100 exactly: the Jeffreys intervals widen it
     assert "| 100.00 | +100.00 pp | +100.00 [+86.09, +100.00] |" in table1
     assert "| tasks at 4/4 | 0 | 2 | +2 |  | 6 | +6 |  |" in table1
+    # pass^4 = observed 4/4 where every task has its 4 attempts; mixed's retail/2 has 3 judged (pass^4 at 3: 0)
+    assert "| pass^4 (%) | 0.00 | 33.33 | +33.33 pp |  | 100.00 | +100.00 pp |  |" in table1
     assert "| errors and exclusions (not failures) | 0 | 1 | +1 |  | 0 | +0 |  |" in table1
     assert "5 tasks better, 0 worse" in table1  # travel/2 is FFFF in both
     assert "infra_error 1" in md  # the run list names the error
