@@ -201,15 +201,16 @@ async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Ca
 
 
 async def tool_schemas(world: EpisodeWorld, runtime: TaskRuntime) -> tuple[ToolSchema, ...]:
-    """The tool schemas an episode's agent sees (listed from a real MCP session on a clone)."""
-    db = world.backend.clone(runtime.template)
+    """The tool schemas an episode's agent sees (listed from a real MCP session on the task's episode state: a
+    clone, or a τ² environment)."""
+    state = runtime.open(world.backend)
     try:
         infra = InfraLog()
-        server = build_server(runtime.task.domain, runtime.tools, db.engine, infra)
+        server = build_server(runtime.task.domain, runtime.tools, state.target, infra)
         async with open_tool_session(server, infra) as tools:
             return tools.schemas
     finally:
-        world.backend.drop(db)
+        state.close()
 
 
 async def first_prompt_lengths(world: EpisodeWorld, task_ids: Sequence[str],
@@ -219,6 +220,8 @@ async def first_prompt_lengths(world: EpisodeWorld, task_ids: Sequence[str],
     for task_id in task_ids:
         runtime = world.runtime(task_id)
         schemas = await tool_schemas(world, runtime)
+        # a simulator that answers the agent's greeting (τ²'s) opens with a generated message: its scenario's
+        # opening message stands in for its length here
         opening = world.user.session(runtime.task.user, 0).opening()
         messages = [Message("system", runtime.task.policy), Message("user", opening)]
         text = renderer.text(messages, schemas)
