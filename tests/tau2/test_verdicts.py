@@ -60,7 +60,7 @@ def _sample(found):
     (benchmarks/tau2.py plays every mutant of every task: docs/tau2.md has its figures)."""
     drops = [m for m in found if m.label.startswith("drop")]
     changes = [m for m in found if m.label.startswith("change")]
-    return list(dict.fromkeys(drops[:1] + changes[:1] + changes[-1:]))
+    return list({m.label: m for m in drops[:1] + changes[:1] + changes[-1:]}.values())
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
