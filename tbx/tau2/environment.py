@@ -16,6 +16,7 @@ the gold actions and the mutations of every task.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -114,6 +115,7 @@ class Tau2Domain:
     document: dict[str, Any]  # db.json, parsed once; never changed
     adapters: dict[str, TypeAdapter]  # collection -> the record type's validator
     policy: str
+    digest: str  # db.json's sha256 (16 hex digits): the initial state every episode starts from
     idle: list[Any] = field(default_factory=list)
     texts: dict[tuple[str, Any], str | None] = field(default_factory=dict)  # initial_json's
 
@@ -183,8 +185,8 @@ def tau2_domain(name: str) -> Tau2Domain:
     db_class = module_db_class(module)
     utils = __import__(f"tau2.domains.{name}.utils", fromlist=["x"])
     path = getattr(utils, f"{name.upper()}_DB_PATH")
-    with open(path, encoding="utf-8") as handle:
-        document = json.load(handle)
+    data = open(path, "rb").read()
+    document = json.loads(data)
     adapters = {}
     for collection, info in db_class.model_fields.items():
         args = get_args(info.annotation)
@@ -192,7 +194,7 @@ def tau2_domain(name: str) -> Tau2Domain:
             raise TypeError(f"τ² {name}: the database field {collection} is not a dict of records")
         adapters[collection] = TypeAdapter(args[1])
     policy = open(getattr(utils, f"{name.upper()}_POLICY_PATH"), encoding="utf-8").read()
-    return Tau2Domain(name, document, adapters, policy)
+    return Tau2Domain(name, document, adapters, policy, hashlib.sha256(data).hexdigest()[:16])
 
 
 def call_tool(environment: Any, name: str, arguments: dict[str, Any], call_id: str = "") -> tuple[str, bool]:

@@ -27,10 +27,19 @@ def require_tau2() -> str:
     if version != VERSION:
         raise ConfigError("conf/tasks", "tasks.domains", f"needs {PACKAGE}=={VERSION}, this venv has {version}",
                           f"pip install --no-deps {PACKAGE}=={VERSION} (the verdicts are pinned to that release)")
-    from loguru import logger
-
-    logger.disable("tau2")
     return version
+
+
+def _quiet() -> None:
+    """Switch τ²'s log off before any τ² module is imported (one logs a warning at import)."""
+    try:
+        from loguru import logger
+    except ImportError:  # τ² is not installed: require_tau2 says so when a τ² source is used
+        return
+    logger.disable("tau2")
+
+
+_quiet()
 
 
 def tau2_domain_module(name: str) -> Any:

@@ -9,7 +9,6 @@ schemas and reads τ²'s texts, errors included ("Error: <message>"). tbx's argu
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,10 +70,10 @@ def _versions(domain_name: str) -> dict[str, str]:
     from tbx.catalog import source_hash
     from tbx.tau2 import environment, grading
 
+    digest = tau2_domain(domain_name).digest  # first: the package is checked and quiet before τ² is imported
     tools = __import__(f"tau2.domains.{domain_name}.tools", fromlist=["x"])
-    document = hashlib.sha256(repr(sorted(tau2_domain(domain_name).document)).encode()).hexdigest()[:16]
     return {"tools": f"tau2-{VERSION}-{source_hash(tools)}", "grader": source_hash(grading, environment),
-            "initial_state": f"tau2-{VERSION}-{domain_name}-{document}"}
+            "initial_state": f"tau2-{VERSION}-{domain_name}-{digest}"}
 
 
 @cache
