@@ -68,14 +68,31 @@ def _gold_hash(task_id: str) -> str:
     return environment.get_db_hash()
 
 
+@cache
+def _initial_hash(domain_name: str) -> str:
+    return _fresh(domain_name).get_db_hash()
+
+
 def tau2_reward(task_id: str, calls, said) -> float:
     """τ²'s reward (DB × COMMUNICATE) for an agent that makes `calls` and says `said`, by τ²'s own code."""
-    from tau2.data_model.message import AssistantMessage, ToolCall
+    from tau2.data_model.message import ToolCall
+
+    domain_name = SOURCES[task_id.split("/")[0]]
+    if calls:
+        environment = _fresh(domain_name)
+        for index, (name, arguments) in enumerate(calls):
+            environment.get_response(ToolCall(id=str(index), name=name, arguments=dict(arguments)))
+        terminal = environment.get_db_hash()
+    else:  # no call: the database db.json gives
+        terminal = _initial_hash(domain_name)
+    database = 1.0 if terminal == _gold_hash(task_id) else 0.0
+    return database * tau2_communicate(task_id, said)
+
+
+def tau2_communicate(task_id: str, said) -> float:
+    """τ²'s communicate_info reward for assistant messages `said`."""
+    from tau2.data_model.message import AssistantMessage
     from tau2.evaluator.evaluator_communicate import CommunicateEvaluator
 
-    environment = _fresh(SOURCES[task_id.split("/")[0]])
-    for index, (name, arguments) in enumerate(calls):
-        environment.get_response(ToolCall(id=str(index), name=name, arguments=dict(arguments)))
-    database = 1.0 if environment.get_db_hash() == _gold_hash(task_id) else 0.0
     messages = [AssistantMessage(role="assistant", content=text) for text in said]
-    return database * CommunicateEvaluator.calculate_reward(tau2_record(task_id), messages).reward
+    return CommunicateEvaluator.calculate_reward(tau2_record(task_id), messages).reward
