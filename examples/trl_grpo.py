@@ -31,7 +31,8 @@ def tokenizer_with_tools(directory: str):  # a transformers tokenizer
     return add_response_schema(tokenizer)
 
 
-def train(steps: int, overrides: list[str], rollouts: int = 4, completion_tokens: int = 48) -> dict:
+def train(steps: int, overrides: list[str], rollouts: int = 4, completion_tokens: int = 48,
+          temperature: float = 1.0) -> dict:
     """`steps` GRPO steps, each one task of `overrides` rolled out `rollouts` times (a group)."""
     from trl import GRPOConfig, GRPOTrainer
 
@@ -48,9 +49,9 @@ def train(steps: int, overrides: list[str], rollouts: int = 4, completion_tokens
                           max_completion_length=completion_tokens, max_tool_calling_iterations=2,
                           learning_rate=1e-5, logging_steps=1, gradient_checkpointing=False, report_to="none",
                           save_strategy="no", use_cpu=True,
-                          bf16=False, temperature=1.0, seed=tasks.cfg.seed, dataloader_num_workers=0)
+                          bf16=False, temperature=temperature, seed=tasks.cfg.seed, dataloader_num_workers=0)
         trainer = GRPOTrainer(model=model, processing_class=tokenizer_with_tools(str(directory)), args=args,
-                              train_dataset=tbx_trl.dataset(tasks, repeat=steps),
+                              train_dataset=tbx_trl.dataset(tasks, repeat=steps, few_shot=tasks.cfg.model.few_shot),
                               environment_factory=tbx_trl.environment_factory(tasks), reward_funcs=tbx_trl.reward)
         trainer.train()
         logged = [entry for entry in trainer.state.log_history if "reward" in entry]
@@ -66,8 +67,10 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", help="the tbx task set, as on the command line")
     parser.add_argument("--rollouts", type=int, default=4, help="rollouts of one task per step (the GRPO group)")
     parser.add_argument("--completion-tokens", type=int, default=48, help="TRL's max_completion_length")
+    parser.add_argument("--temperature", type=float, default=1.0, help="TRL's sampling temperature")
     args = parser.parse_args()
-    print(json.dumps(train(args.steps, args.overrides or ["tasks=train_sample"], args.rollouts, args.completion_tokens)))
+    print(json.dumps(train(args.steps, args.overrides or ["tasks=train_sample"], args.rollouts, args.completion_tokens,
+                           args.temperature)))
 
 
 if __name__ == "__main__":
