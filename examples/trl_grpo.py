@@ -1,10 +1,13 @@
 """TRL's GRPOTrainer trains the embedded SmolLM2-135M on tbx tasks through `tbx.envs.trl` (docs/environments.md).
 
     .venv-envs/bin/python examples/trl_grpo.py [STEPS] [tbx overrides ...] [--rollouts 4] [--completion-tokens 48]
-    .venv-envs/bin/python examples/trl_grpo.py 2 tasks=train_sample out_root=/tmp/tbx-trl
+        [--temperature 1.0]
+    .venv-envs/bin/python examples/trl_grpo.py 1 tasks=mock 'tasks.families=[transfer]' tasks.limit=1 --temperature 0.5
+    .venv-envs/bin/python examples/trl_grpo.py 2 tasks=train_sample
 
 TRL's own generation (transformers, CPU, no vLLM); the reward is tbx's verdict (`tbx_trl.reward`),
-every rollout is stored in the run's results store with `trl` as the agent. SmolLM2's chat template
+every rollout is stored in the run's results store (`outputs/serve-<tasks>-trl-<hash>/`) with `trl` as the
+agent. The prompts carry tbx's worked tool calls when `model.few_shot` is on (SmolLM2-135M's default). SmolLM2's chat template
 has no tool calls, so it gets TRL's Qwen2.5 template (ChatML, the same special tokens) and TRL's
 parser for it. Gradient checkpointing stays off: with it transformers generates without its KV cache, which
 on a prompt of a task's policy and tools is many times slower. Prints one JSON line: steps, seconds, the rewards TRL logged and the run folder.
