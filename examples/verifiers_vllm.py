@@ -9,8 +9,10 @@ into the model cache, the CPU build in `.venv-vllm`, tbx's flags), runs `vf-eval
 OpenAI-compatible endpoint with the model group's sampling (`model.max_new_tokens`, `model.temperature`),
 and stops it. The tbx overrides name both the served model (`model=...`, `model.context_length=...`) and the
 task set (`--env.taskset.overrides`): one list, as on tbx's command line. verifiers' chat harness runs in its
-subprocess runtime. Prints vf-eval's own report, then one JSON line: the seconds (vLLM start, vf-eval), and
-per episode the reward verifiers recorded beside the verdict tbx stored for the same task and attempt.
+subprocess runtime. The episodes are stored in the run folder `<out_root>/serve-<tasks>-verifiers-<hash>/`
+(`outputs/` by default, as every tbx run; a task set run again continues it), vf-eval's own results in its
+`vf-<time>/`. Prints vf-eval's own report, then one JSON line: the seconds (vLLM start, vf-eval), the run
+folder, and per episode the reward verifiers recorded beside the verdict tbx stored for the same task and attempt.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -51,46 +52,49 @@ def episodes_of(vf_dir: Path) -> list[dict]:
     return out
 
 
-def evaluate(overrides: list[str], vf_flags: list[str], out: Path) -> dict:
+def evaluate(overrides: list[str], vf_flags: list[str]) -> dict:
     """Serve the model, run vf-eval against it, stop the server; what ran and what each side recorded."""
     from tbx.envs.episodes import compose
     from tbx.policies.vllm import serve
+    from tbx.runs import resolve_run_dir
     from tbx.store.results import read_records
     from tbx.vllm_server import stop_shared
 
-    words = [f"out_root={out}/outputs", f"backend.workdir={out}/db", *overrides]
-    cfg = compose("verifiers", words)
+    cfg = compose("verifiers", overrides)
+    run_dir = resolve_run_dir(cfg).resolve()
+    # vf-eval's process (its own working folder) stores into the same run folder
+    words = [*overrides, f"out_root={Path(cfg.out_root).resolve()}", *([f"run_dir={run_dir}"] if cfg.run_dir else [])]
+    vf_dir = run_dir / time.strftime("vf-%Y%m%d-%H%M%S")
+    vf_dir.mkdir(parents=True)
     started = time.perf_counter()
     try:
         server = serve(cfg.model).server
         ready = time.perf_counter() - started
         command = [*vf_command(server.base_url, server.spec.served_name, words, cfg.model.max_new_tokens,
-                               cfg.model.temperature, out / "vf"), *vf_flags]
+                               cfg.model.temperature, vf_dir), *vf_flags]
         env = os.environ | {"TBX_VLLM_API_KEY": "unused",  # vLLM started by tbx takes any key
                             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                             "PATH": f"{VF_EVAL.parent}{os.pathsep}{os.environ['PATH']}"}
         evaluated = time.perf_counter()
-        done = subprocess.run(command, env=env, cwd=out)
+        done = subprocess.run(command, env=env, cwd=vf_dir)
         vf_seconds = time.perf_counter() - evaluated
         engine = server.engine()
     finally:
         stop_shared()
-    (run_dir,) = (out / "outputs").glob("serve-*-verifiers-*")
     stored = {(r.task_id, r.attempt): r for r in read_records(run_dir)}
     verdicts = {key: {"tbx_outcome": r.outcome.value, "tbx_reward": r.reward} for key, r in stored.items()}
     episodes = [e | verdicts.get((e["task_id"], e["attempt"]), {"tbx_outcome": None, "tbx_reward": None})
-                for e in episodes_of(out / "vf")]
+                for e in episodes_of(vf_dir)]
     return {"returncode": done.returncode, "vllm_ready_s": round(ready, 1), "vf_eval_s": round(vf_seconds, 1),
             "engine": engine, "model": server.spec.served_name, "context_length": cfg.model.context_length,
             "max_tokens": cfg.model.max_new_tokens, "episodes": episodes, "stored": len(stored),
-            "run_dir": str(run_dir), "vf_dir": str(out / "vf")}
+            "run_dir": str(run_dir), "vf_dir": str(vf_dir)}
 
 
 def main(argv: list[str]) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     overrides, vf_flags = argv[:split] or list(DEFAULT), argv[split + 1:]
-    out = Path(tempfile.mkdtemp(prefix="tbx-vf-vllm-"))
-    summary = evaluate(overrides, vf_flags, out)
+    summary = evaluate(overrides, vf_flags)
     rewards = [e["reward"] for e in summary["episodes"] if e["reward"] is not None]
     summary["mean_reward"] = round(sum(rewards) / len(rewards), 3) if rewards else None
     print(json.dumps(summary))

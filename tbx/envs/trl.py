@@ -33,7 +33,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tbx.envs.episodes import Episode, TaskSet
-from tbx.serve.server import REPLY_TO_USER, USER_TOOLS
+from tbx.llm.parsing import render_assistant_text
+from tbx.messages import ToolSchema
+from tbx.policies.prompting import demonstrations_for
+from tbx.serve.server import REPLY_TO_USER, USER_TOOLS, domain_tools
 from tbx.tools.declare import ToolSpec
 
 CONSUMER = "trl"
@@ -116,23 +119,36 @@ def environment_factory(tasks: TaskSet) -> Callable[[], TbxEnvironment] | dict[s
     return next(iter(classes.values())) if len(classes) == 1 else classes
 
 
-def rows(tasks: TaskSet) -> list[dict[str, Any]]:
-    """One row per task, in the task set's order."""
+def demonstration_turns(tasks: TaskSet, task_id: str) -> list[dict[str, Any]]:
+    """tbx's worked examples of the task's first tools (`model.few_shot`, `demonstrations_for`: built from the
+    tool schemas, never from the task) as TRL chat turns: a request, then the assistant's tool call."""
+    listed = tasks.loop.run(domain_tools(tasks.task(task_id).domain, tasks.tools(task_id)))
+    schemas = [ToolSchema(t.name, t.description or "", t.input_schema) for t in listed]
+    turns: list[dict[str, Any]] = []
+    for demo in demonstrations_for(schemas):  # the call as text: a dataset's columns would null-fill `arguments`
+        turns += [{"role": "user", "content": demo.request},
+                  {"role": "assistant", "content": render_assistant_text("", [demo.call])}]
+    return turns
+
+
+def rows(tasks: TaskSet, few_shot: bool = False) -> list[dict[str, Any]]:
+    """One row per task, in the task set's order; `few_shot`: tbx's worked tool calls before the user's turn."""
     several = len(_domains(tasks)) > 1
     out = []
     for task_id in tasks.task_ids:
         task = tasks.task(task_id)
-        row = {"prompt": [{"role": "system", "content": task.policy}, {"role": "user", "content": ""}],
+        demos = demonstration_turns(tasks, task_id) if few_shot else []
+        row = {"prompt": [{"role": "system", "content": task.policy}, *demos, {"role": "user", "content": ""}],
                "task_id": task_id}
         out.append(row | ({"environment": task.domain} if several else {}))
     return out
 
 
-def dataset(tasks: TaskSet, repeat: int = 1) -> Any:
+def dataset(tasks: TaskSet, repeat: int = 1, few_shot: bool = False) -> Any:
     """The rows as a `datasets.Dataset` (each task `repeat` times), TRL's `train_dataset`."""
     from datasets import Dataset
 
-    return Dataset.from_list(rows(tasks) * repeat)
+    return Dataset.from_list(rows(tasks, few_shot) * repeat)
 
 
 def _final_text(completion: Any) -> str | None:

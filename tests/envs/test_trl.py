@@ -67,6 +67,34 @@ def test_rows_and_the_schema_transformers_renders_from_the_methods(sample):
     assert "text" in get_json_schema(environment.reply_to_user)["function"]["parameters"]["properties"]
 
 
+def test_few_shot_rows_hold_tbx_s_worked_calls_in_the_form_trl_parses(sample):
+    """`few_shot` (the example's `model.few_shot`): tbx's demonstrations of the task's first tools go between the
+    policy and the user's turn, each call written as TRL's parser reads a model's call back."""
+    from trl.chat_template_utils import parse_response
+
+    from examples.trl_grpo import tokenizer_with_tools
+    from tbx.messages import ToolSchema
+    from tbx.policies.hf_model import model_directory
+    from tbx.policies.prompting import demonstrations_for
+    from tbx.serve.server import domain_tools
+
+    tasks, _ = sample
+    tokenizer = tokenizer_with_tools(str(model_directory(tasks.cfg.model)[0]))
+    plain, few = tbx_trl.dataset(tasks)[0], tbx_trl.dataset(tasks, few_shot=True)[0]
+    task = tasks.task(few["task_id"])
+    listed = tasks.loop.run(domain_tools(task.domain, tasks.tools(task.id)))
+    demos = demonstrations_for([ToolSchema(t.name, t.description or "", t.input_schema) for t in listed])
+    assert len(demos) == 2 and plain["prompt"] == [few["prompt"][0], few["prompt"][-1]]
+    turns = few["prompt"][1:-1]
+    assert [m["role"] for m in turns] == ["user", "assistant"] * len(demos)
+    assert all(set(m) == {"role", "content"} for m in few["prompt"])  # no column null-filled into a message
+    for demo, request, call in zip(demos, turns[::2], turns[1::2], strict=True):
+        assert request["content"] == demo.request
+        ids, prefix = tokenizer.encode(call["content"] + "<|im_end|>"), tokenizer.encode("<|im_start|>assistant\n")
+        (parsed,) = parse_response(tokenizer, ids, prefix=prefix)["tool_calls"]
+        assert parsed["function"] == {"name": demo.call.name, "arguments": demo.call.arguments}
+
+
 def test_several_domains_give_a_factory_per_domain_and_rows_that_name_it(tmp_path):
     with tbx_trl.load(*overrides(tmp_path), "tasks=sample") as tasks:
         factories = tbx_trl.environment_factory(tasks)

@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.envs, pytest.mark.vllm, pytest.mark.slow,
 
 def test_vf_eval_scores_the_served_embedded_model_with_tbx_verdicts(tmp_path):
     from examples.verifiers_vllm import DEFAULT, evaluate
+    from tests.envs import overrides
 
-    summary = evaluate(DEFAULT, [], tmp_path)
+    summary = evaluate([*overrides(tmp_path), *DEFAULT], [])
     print(json.dumps(summary))  # the figures docs/environments.md quotes
     assert summary["returncode"] == 0
     assert summary["engine"]["name"] == "vllm" and summary["model"] == "smollm2_135m"
