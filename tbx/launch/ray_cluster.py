@@ -116,8 +116,11 @@ def _node_flags(spec: RaySpec) -> list[str]:
 
 def auth_env(spec: RaySpec, token_path: Path | None) -> dict[str, str]:
     env = {"RAY_AUTH_MODE": spec.auth_mode, "RAY_USAGE_STATS_ENABLED": "0"}
-    if spec.fake_gpus:
+    if spec.fake_gpus:  # verl on CPU nodes: its workers at the normal niceness (tbx/verl_bridge/cpu.py)
+        from tbx.verl_bridge.cpu import RAY_NODE_ENVIRONMENT
+
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(spec.gpus))
+        env |= RAY_NODE_ENVIRONMENT
     if spec.auth_mode == "token" and token_path is not None:
         env["RAY_AUTH_TOKEN_PATH"] = str(token_path)
     return env

@@ -30,6 +30,12 @@ RAY_CPU_SLOTS = 16
 # Ray's object store: 30 % of the machine's memory by default, which on a laptop-sized node competes with
 # the trainer and vLLM; a CPU step moves a few MB of tensors through it
 OBJECT_STORE_BYTES = 1 << 30
+# Ray starts its worker processes at niceness 15 (Ray's `worker_niceness`): on a CPU node every verl process
+# (the trainer, vLLM, the agent loop) is a Ray worker, and beside work at the normal niceness on the same cores
+# a niceness of 15 gets a few percent of a core each (the kernel's weight 36 against 1024), so a step that
+# takes 2 minutes on a quiet machine took over 27 on a loaded one. Read by the raylet when its node starts:
+# the job's Ray head (tbx/launch/ray_cluster.py) or the Ray instance verl starts itself.
+RAY_NODE_ENVIRONMENT = {"RAY_worker_niceness": "0"}
 
 
 def is_cpu(gpus_per_node: int) -> bool:
@@ -50,6 +56,7 @@ def cpu_environment(kv_cache_gib: float, threads: int) -> dict[str, str]:
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # share the cores with the trainer instead of pinning them
         "TORCH_COMPILE_DISABLE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        **RAY_NODE_ENVIRONMENT,
     }
 
 

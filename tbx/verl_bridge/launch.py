@@ -134,7 +134,10 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
     run_trainer(command, run_dir, environment, log_path)
     checkpoints = Path(plan.paths.checkpoint_dir)
     step = latest_verl_step(checkpoints)
-    updates = updated_steps(step_metrics(folder))
+    metrics = step_metrics(folder)
+    updates = updated_steps(metrics)
+    if times := step_times(metrics):
+        print(f"verl: slowest {times[0]}", flush=True)
     final = merge_checkpoint(checkpoints, step, run_dir, environment) if step and updates != 0 else None
     trainer = {"name": "verl", "version": importlib.metadata.version("verl") if final else VERL_VERSION,
                "checkpoint": str(checkpoints / f"global_step_{step}") if step else None,
@@ -152,6 +155,23 @@ def updated_steps(metrics: dict[int, dict[str, Any]]) -> int | None:
     gradient norm, so nothing can be said (the model is merged as before)."""
     norms = [data["actor/grad_norm"] for data in metrics.values() if "actor/grad_norm" in data]
     return sum(norm > 0 for norm in norms) if norms else None
+
+
+STEP_PHASES = ("gen", "old_log_prob", "ref", "update_actor", "save_checkpoint", "update_weights")  # verl's timers
+
+
+def step_times(metrics: dict[int, dict[str, Any]]) -> list[str]:
+    """One line per logged step, slowest first: its time, its phases' (verl's `timing_s/*`) and the tokens
+    its update processed (`perf/total_num_tokens`)."""
+    timed = sorted((s for s in metrics if "timing_s/step" in metrics[s]), key=lambda s: -metrics[s]["timing_s/step"])
+    lines = []
+    for step in timed:
+        data = metrics[step]
+        phases = ", ".join(f"{name} {data[f'timing_s/{name}']:.1f}" for name in STEP_PHASES
+                           if f"timing_s/{name}" in data)
+        tokens = f"; {int(data['perf/total_num_tokens'])} tokens" if "perf/total_num_tokens" in data else ""
+        lines.append(f"step {step}: {data['timing_s/step']:.1f} s ({phases}){tokens}")
+    return lines
 
 
 def keep_earlier_metrics(folder: Path) -> None:

@@ -17,7 +17,7 @@ from tbx.errors import ConfigError
 from tbx.launch import dispatch, make_plan
 from tbx.launch.dispatch import StageFailure, submit, wait
 from tbx.launch.plan import executor_parameters
-from tbx.launch.ray_cluster import RaySpec, auth_env, head_command, worker_command
+from tbx.launch.ray_cluster import RaySpec, auth_env, head_command, run_on_ray_cluster, worker_command
 from tbx.store.results import read_records
 from tests.launch import ROOT, compose_cfg, probe_overrides
 
@@ -132,6 +132,37 @@ def test_ray_commands_pin_auth_ports_and_session_folder(tmp_path):
     off = RaySpec(num_nodes=1, cpus=1, gpus=0, auth_mode="disabled", rendezvous=tmp_path / "r")
     assert auth_env(off, None)["RAY_AUTH_MODE"] == "disabled"
     assert len(spec.temp_dir) < 30 and spec.temp_dir != off.temp_dir  # socket paths stay short, one per job
+
+
+def _worker_niceness() -> int:
+    """Runs on the Ray head: the niceness a Ray worker process gets."""
+    import ray
+
+    ray.init()  # RAY_ADDRESS points at the cluster run_on_ray_cluster started
+    try:
+        return ray.get(ray.remote(num_cpus=1)(lambda: os.nice(0)).remote())
+    finally:
+        ray.shutdown()
+
+
+def test_ray_workers_of_a_cpu_node_run_at_the_normal_niceness(tmp_path):
+    """Ray starts workers at niceness 15: verl's trainer and vLLM on a CPU node then got a few percent of a core
+    beside other work. A node with fake GPUs (verl on CPU) starts its workers at 0; a GPU node keeps Ray's."""
+    pytest.importorskip("ray", reason="ray is not installed: pip install -e '.[cluster]'")
+    gpu = RaySpec(num_nodes=1, cpus=8, gpus=8, auth_mode="disabled", rendezvous=tmp_path / "gpu")
+    assert "RAY_worker_niceness" not in auth_env(gpu, None)
+    cpu = RaySpec(num_nodes=1, cpus=2, gpus=1, auth_mode="disabled", rendezvous=tmp_path / "cpu", fake_gpus=True)
+    assert auth_env(cpu, None)["RAY_worker_niceness"] == "0"
+    saved = {key: os.environ.get(key) for key in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_USAGE_STATS_ENABLED",
+                                                  "CUDA_VISIBLE_DEVICES", "RAY_worker_niceness")}
+    try:
+        assert run_on_ray_cluster(_worker_niceness, (), cpu, 0) == os.nice(0)
+    finally:
+        for key, value in saved.items():  # the head exports its settings into this process
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def launch(*args):

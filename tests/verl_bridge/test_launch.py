@@ -17,7 +17,13 @@ from tbx.errors import EXIT_NO_UPDATE, InfraError
 from tbx.records import PoolManifest
 from tbx.store import open_store
 from tbx.verl_bridge import launch
-from tbx.verl_bridge.launch import keep_earlier_metrics, run_verl_training, step_metrics, verl_command
+from tbx.verl_bridge.launch import (
+    keep_earlier_metrics,
+    run_verl_training,
+    step_metrics,
+    step_times,
+    verl_command,
+)
 from tests.launch import ROOT, compose_cfg
 from tests.verl_bridge.test_overrides import manifest
 
@@ -106,6 +112,18 @@ def test_step_metrics_survive_a_restart_that_replays_a_step(tmp_path):
     keep_earlier_metrics(folder)  # a third start: the second's file is kept next to the first's
     assert sorted(p.name for p in folder.iterdir()) == ["metrics.1.jsonl", "metrics.2.jsonl"]
     assert step_metrics(folder) == {1: {"actor/grad_norm": 1.5}, 2: {"actor/grad_norm": 0.5}}
+
+
+def test_step_times_name_the_slowest_step_first_with_its_phases_and_tokens():
+    metrics = {1: {"timing_s/step": 92.4, "timing_s/gen": 34.0, "timing_s/update_actor": 37.2,
+                   "perf/total_num_tokens": 6400, "actor/grad_norm": 2.7},
+               2: {"timing_s/step": 128.0, "timing_s/gen": 62.0, "timing_s/old_log_prob": 13.0,
+                   "timing_s/update_actor": 41.0, "timing_s/update_weights": 1.1},
+               3: {"actor/grad_norm": 0.0}}  # a line without timings (cut short) is left out
+    assert step_times(metrics) == ["step 2: 128.0 s (gen 62.0, old_log_prob 13.0, update_actor 41.0, "
+                                   "update_weights 1.1)",
+                                   "step 1: 92.4 s (gen 34.0, update_actor 37.2); 6400 tokens"]
+    assert step_times({}) == []
 
 
 def test_verl_logs_each_step_to_the_run_folder(tmp_path):

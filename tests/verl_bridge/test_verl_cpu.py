@@ -9,7 +9,8 @@ group) once step 1's checkpoint is written and step 2 has started, and the same 
 again; then verl's merger writes the final model and tbx evaluates it.
 
 One run serves every test of the module; it takes 10 to 20 minutes on a 2-core machine
-(docs/training.md) and the test command runs it (TBX_VERL_RUN=0 skips it). Each test reads
+(docs/training.md), 38 at most (a fixed token budget per step, one deadline for both starts; each step's
+time is printed, slowest first), and the test command runs it (TBX_VERL_RUN=0 skips it). Each test reads
 what the run left: the results store, verl's per-step rollout dump (`verl/rollouts/<step>.jsonl`:
 every trajectory verl trained on, with the score it trained on) and verl's log.
 """
@@ -36,7 +37,7 @@ from tbx.faults import draw
 from tbx.store.training import STEP_STRIDE, step_of
 from tbx.verl_bridge.cpu import cpu_environment
 from tbx.verl_bridge.episode import episode_seed, fault_seed
-from tbx.verl_bridge.launch import merge_checkpoint, step_metrics
+from tbx.verl_bridge.launch import merge_checkpoint, step_metrics, step_times
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration,
               pytest.mark.skipif(os.environ.get("TBX_VERL_RUN") == "0",
@@ -45,7 +46,14 @@ ROOT = Path(__file__).resolve().parents[2]
 # two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
 POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0-00")
 GROUP, GROUPS, STEPS, RETRIES = 4, 1, 2, 2  # one group a step: the CI budget (a step of 2 groups took 221 s)
-RUN_TIMEOUT_S = 2400.0  # one start of the run, on a loaded 2-core machine
+# The token budget of a step: every episode's first prompt and its whole response stream (tool results and user
+# replies included) are capped (the launch-time prompt check; the agent loop's TokenTrace ends the episode when
+# its response budget is spent), so a step's update processes at most STEPS_TOKENS tokens, one episode per
+# micro-batch (ppo_max_token_len_per_gpu = PROMPT_TOKENS + RESPONSE_TOKENS), whatever verl samples.
+PROMPT_TOKENS, RESPONSE_TOKENS = 1536, 512
+STEP_TOKENS = GROUPS * GROUP * (PROMPT_TOKENS + RESPONSE_TOKENS)
+RUN_BUDGET_S = 33 * 60.0  # both starts of the run together; with the merged model's evaluation the test stays
+EVAL_TIMEOUT_S = 300.0  # under 40 minutes on a loaded 2-core machine, or fails saying which step was slow
 ERRORS = ("infra_error", "user_sim_error", "verifier_error")
 # Faults are drawn from each try's task and stored attempt (tbx.verl_bridge.episode.fault_seed), so which ones
 # hit is known before the run: with this seed the clone of one step-1 try 0 of each pool task fails (helpdesk
@@ -75,7 +83,7 @@ def train_command(root: Path, pool: Path) -> list[str]:
     return [sys.executable, str(ROOT / "launch.py"), "stage=train", "grpo.trainer=verl", f"train.pool={pool}",
             "grpo=cpu_small", f"grpo.groups_per_step={GROUPS}", f"grpo.group_size={GROUP}", f"grpo.steps={STEPS}",
             "grpo.save_every=1", "grpo.max_replacements=1", "model.max_new_tokens=96", f"grpo.max_error_retries={RETRIES}",
-            "grpo.max_prompt_tokens=1536", "grpo.max_response_tokens=640", "eval.max_turns=3",
+            f"grpo.max_prompt_tokens={PROMPT_TOKENS}", f"grpo.max_response_tokens={RESPONSE_TOKENS}", "eval.max_turns=3",
             *FAULTS, "hardware=local_jobs",
             f"out_root={root / 'out'}", f"launcher.folder={root / 'jobs'}", "logger=none"]
 
@@ -100,14 +108,21 @@ def step2_started(root: Path) -> bool:
         return conn.execute("select count(*) from attempts where attempt >= ?", (STEP_STRIDE,)).fetchone()[0] > 0
 
 
-def wait_for(condition, process: subprocess.Popen, timeout_s: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout_s
+def wait_for(condition, process: subprocess.Popen, deadline: float, what: str, log: Path, root: Path) -> None:
     while not condition():
         if process.poll() is not None:
-            pytest.fail(f"the run ended ({process.returncode}) before {what}:\n{tail(log)}")
+            pytest.fail(f"the run ended ({process.returncode}) before {what}:\n{tail(log)}\n{step_report(root)}")
         if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout_s:.0f} s:\n{tail(log)}")
+            pytest.fail(f"no {what} within the run's budget of {RUN_BUDGET_S:.0f} s:\n{tail(log)}\n"
+                        f"{step_report(root)}")
         time.sleep(2.0)
+
+
+def step_report(root: Path) -> str:
+    """verl's logged steps, slowest first, with their phases (a step still running is not logged yet)."""
+    run = run_dir_of(root)
+    lines = step_times(step_metrics(run / "verl")) if run is not None else []
+    return "\n".join(["verl steps, slowest first:", *(lines or ["none logged"])])
 
 
 def tail(path: Path, lines: int = 40) -> str:
@@ -124,38 +139,53 @@ def run_processes(run: Path) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def verl_run(tmp_path_factory):
+def verl_run(tmp_path_factory, request):
     """The run: started, SIGKILLed inside step 2, started again to the end; then merged and evaluated."""
     root = tmp_path_factory.mktemp("verl-cpu")
     pool = write_pool(root / "pool.json")
     command, log = train_command(root, pool), root / "first.log"
     timings: dict[str, float] = {}
     started = time.monotonic()
+    deadline = started + RUN_BUDGET_S
     with log.open("w") as out:
         first = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
                                  start_new_session=True)
         try:
-            wait_for(lambda: step2_started(root), first, RUN_TIMEOUT_S, "episode of step 2", log)
+            wait_for(lambda: step2_started(root), first, deadline, "episode of step 2", log, root)
         finally:
             os.killpg(first.pid, signal.SIGKILL)  # launch.py, the submitit job, verl's driver: the job's group
             first.wait()
     timings["until_killed_s"] = time.monotonic() - started
     run = run_dir_of(root)
     assert run is not None
-    deadline = time.monotonic() + 120  # Ray's daemons die with the job's Ray node (parent-death signal)
-    while run_processes(run) and time.monotonic() < deadline:
+    gone_by = time.monotonic() + 120  # Ray's daemons die with the job's Ray node (parent-death signal)
+    while run_processes(run) and time.monotonic() < gone_by:
         time.sleep(1.0)
     left = run_processes(run)
     before_resume = stored_rows(run)
     started = time.monotonic()
-    second = subprocess.run(command, cwd=ROOT, env=environment(), capture_output=True, text=True,
-                            timeout=RUN_TIMEOUT_S)
+    with (root / "second.log").open("w") as out:
+        second = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        try:
+            second.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
+            pytest.fail(f"the resumed run did not end within the run's budget of {RUN_BUDGET_S:.0f} s:\n"
+                        f"{tail(root / 'second.log')}\n{step_report(root)}")
     timings["resumed_run_s"] = time.monotonic() - started
-    (root / "second.log").write_text(second.stdout + second.stderr)
+    second_out = (root / "second.log").read_text(errors="replace")
+    report = step_report(root)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # shown whether or not pytest captures output
+        reporter.write_line(f"\n{report}\n(run: {timings['until_killed_s']:.0f} s until killed, resumed start "
+                            f"{timings['resumed_run_s']:.0f} s)")
     # 4 (EXIT_NO_UPDATE): no step drew a group of mixed verdicts, so nothing was merged (2 of 4 runs here)
-    assert second.returncode in (0, EXIT_NO_UPDATE), (second.stdout + second.stderr)[-4000:]
+    assert second.returncode in (0, EXIT_NO_UPDATE), second_out[-4000:]
     return {"root": root, "run": run, "left_after_kill": left, "before_resume": before_resume,
-            "second": second.stdout + second.stderr, "second_exit": second.returncode, "timings": timings}
+            "second": second_out, "second_exit": second.returncode, "timings": timings,
+            "report": report}
 
 
 def stored_rows(run: Path) -> list[dict]:
@@ -266,6 +296,10 @@ def test_each_step_updated_the_model_and_synced_it_into_vllm(verl_run):
         # the rollout's log-probs are the trained model's: the weights reached vLLM (tied embeddings untied)
         assert abs(metrics[step]["training/rollout_probs_diff_mean"]) < 1e-2, metrics[step]
         assert metrics[step]["timing_s/update_weights"] > 0  # the step's weights went into vLLM
+        # the step's token budget held: no episode past its caps, no more tokens than the budget in the update
+        assert metrics[step]["prompt_length/max"] <= PROMPT_TOKENS, metrics[step]
+        assert metrics[step]["response_length/max"] <= RESPONSE_TOKENS, metrics[step]
+        assert 0 < metrics[step]["perf/total_num_tokens"] <= STEP_TOKENS, metrics[step]
     # and at a start (the checkpoint's weights): the resumed start's two syncs at least (the killed start's
     # last log lines may be lost with it)
     log_text = (verl_run["run"] / "verl" / "main_ppo.log").read_text(errors="replace")
@@ -291,7 +325,7 @@ def test_the_merged_model_is_a_tbx_model_that_evaluates(verl_run, tmp_path):
         [sys.executable, str(ROOT / "launch.py"), "stage=eval", "policy=model", f"model.path={final}",
          "model.name=smollm2-verl", "tasks=train_sample", "tasks.limit=1", "eval.attempts=1", "eval.max_turns=2",
          f"out_root={tmp_path}", "logger=none"], cwd=ROOT, env=environment(), capture_output=True, text=True,
-        timeout=900)
+        timeout=EVAL_TIMEOUT_S)
     assert evaluated.returncode == 0, (evaluated.stdout + evaluated.stderr)[-3000:]
     summaries = list(tmp_path.glob("eval-*/summary.json"))
     assert len(summaries) == 1
