@@ -12,6 +12,7 @@ import tbx.stages.select
 import tbx.stages.train
 from tbx.errors import ConfigError
 from tbx.metrics import outcome_summary
+from tbx.records import AttemptTally
 from tbx.runs import run_name
 from tbx.stage_results import EvalResult, PoolSelection, ProbeResult, ReportResult, TrainResult
 from tbx.stages.pipeline import evaluation_sets, run_pipeline
@@ -36,7 +37,7 @@ def evaluated(cfg) -> EvalResult:
     """The run folder's name is the run's: what the pipeline passes on to the report."""
     return EvalResult.of(outcome_summary([]), pass_at_k=None, observed_all=None, incomplete_tasks=(), k=1,
                          run_dir=run_name(cfg), policy=cfg.policy.name, tasks=cfg.tasks.name, attempts=1,
-                         error_tries=0, cost_usd=0.0)
+                         error_tries=0, cost_usd=0.0, tally=AttemptTally(0, 0, 0, 0, 0, 0))
 
 
 def reported(cfg) -> ReportResult:
