@@ -9,7 +9,6 @@ from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
 from tbx.grading.judge import EvidenceJudge
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
-from tbx.stages.validate import is_equivalent
 from tbx.tasks.mutations import mutate
 from tbx.users.scripted import ScriptedUser
 from tests.episodes.test_episodes import LIMITS
@@ -60,7 +59,7 @@ def test_every_family_mutation_fails_naming_the_record(domain_runtimes):
                                     [OraclePolicy()] + [StepsPolicy(m.steps) for m in mutations])
         for mutation, result in zip(mutations, results, strict=True):
             kinds.add(mutation.kind)
-            if result.outcome is Outcome.SUCCESS and is_equivalent(runtime, result, oracle):
+            if result.outcome is Outcome.SUCCESS and runtime.is_equivalent(result, oracle):
                 equivalent.append((family, mutation.description))  # e.g. dropping a verification that failed
                 continue
             failed = result.grade.failed_checks if result.grade else ()
