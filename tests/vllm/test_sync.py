@@ -91,6 +91,7 @@ def test_a_lora_sync_serves_the_adapter_the_trainer_holds(tiny_vllm, tmp_path):
     from tbx.policies.hf_model import load_directory
 
     module, _ = load_directory(tiny_vllm.spec.directory, "float32")
+    torch.manual_seed(0)  # the adapter's random init: without a seed it came from whatever earlier tests drew
     module = get_peft_model(module, LoraConfig(r=8, lora_alpha=16, target_modules="all-linear",
                                                task_type="CAUSAL_LM"))
     policy = TrainablePolicy(serve(attached(tiny_vllm, temperature=0.0, max_new_tokens=4)), model=module,
