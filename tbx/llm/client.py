@@ -1,12 +1,15 @@
 """An async client for OpenAI-compatible chat-completions endpoints (vLLM or any provider).
 
 The policy, the LLM user and the LLM judge all talk to such endpoints; this module is their one
-HTTP seam. It owns what every caller needs and none should re-implement: bounded retries with
-exponential backoff and jitter (timeouts, connection errors, 429, 5xx), a concurrency limit, the
-API key read from an environment variable at call time (never stored, logged or shown in an
-error), and masked (`***`) in everything the endpoint sends back: a reply that repeats the key (a
-misbehaving or hostile provider) reaches the transcript, the tools, the store, the tables and the logs
-without it, as an error body does. Our messages go out through `tbx.llm.wire`; what comes back is read by `tbx.llm.parsing`.
+HTTP seam. httpx carries the requests (timeouts; at most `endpoint.concurrency` in flight, as its
+connection pool) and tenacity retries them (bounded, exponential backoff with full jitter, a server's
+`Retry-After` honoured up to the cap). tbx's own part: which failures are worth another try
+(timeouts, connection errors, unreadable bodies, 429, 5xx) and how each is named, the token counts
+of each reply, and the API key, read from an environment variable at call time (never stored, logged
+or shown in an error) and masked (`***`) in everything the endpoint sends back: a reply that repeats
+the key (a misbehaving or hostile provider) reaches the transcript, the tools, the store, the tables
+and the logs without it, as an error body does. Our messages go out through `tbx.llm.wire`; what
+comes back is read by `tbx.llm.parsing`.
 
 After the retries are spent it raises `EndpointError` (an `InfraError`) naming the endpoint and the
 cause; callers that are not the agent's endpoint (user, judge) re-raise it as their own error.
@@ -18,11 +21,14 @@ import asyncio
 import json
 import logging
 import os
-import random
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import httpx
+import tenacity
 
 from tbx.errors import ConfigError, InfraError
 from tbx.messages import Usage
@@ -68,18 +74,14 @@ class _RetryableError(Exception):
 class ChatClient:
     """Chat-completions over one endpoint; one instance is shared by all episodes of a run.
 
-    The `httpx.AsyncClient` and the semaphore are created on first use, inside the running event
-    loop, so a client built at config time works in whatever loop later uses it.
+    The `httpx.AsyncClient` is created on first use inside the running event loop (its connections
+    belong to that loop), so a client built at config time works in whatever loop later uses it.
+    `backoff_s` is the first retry's backoff window and `max_backoff_s` caps every wait, a server's
+    `Retry-After` included (tests shorten both).
     """
 
-    def __init__(
-        self,
-        endpoint: EndpointConfig,
-        *,
-        role: str = "endpoint",
-        backoff_s: float = 0.5,
-        rng: random.Random | None = None,
-    ):
+    def __init__(self, endpoint: EndpointConfig, *, role: str = "endpoint", backoff_s: float = 0.5,
+                 max_backoff_s: float = MAX_BACKOFF_S):
         if not endpoint.base_url:
             raise ConfigError("config", f"{role}.endpoint.base_url", "is not set",
                               "set it to the server's /v1 URL, e.g. http://127.0.0.1:8000/v1")
@@ -90,10 +92,9 @@ class ChatClient:
         self.endpoint = endpoint
         self.role = role
         self.url = endpoint.base_url.rstrip("/") + "/chat/completions"
-        self._backoff_s = backoff_s
-        self._rng = rng or random.Random()
+        self._max_backoff_s = max_backoff_s
+        self._backoff = tenacity.wait_random_exponential(multiplier=backoff_s, max=max_backoff_s)
         self._http: httpx.AsyncClient | None = None
-        self._semaphore: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._api_key()  # fail at build time, not mid-run, when the variable is missing
 
@@ -113,17 +114,7 @@ class ChatClient:
             body["tools"] = tools
             body["tool_choice"] = "auto"
         body.update(overrides)
-        self._bind_to_running_loop()
-        assert self._semaphore is not None
-        async with self._semaphore:
-            return await self._post_with_retries(body)
-
-    def _bind_to_running_loop(self) -> None:
-        """HTTP connections and the semaphore belong to one event loop; a new loop gets new ones."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:
-            self._loop, self._http = loop, None
-            self._semaphore = asyncio.Semaphore(self.endpoint.concurrency)
+        return await self._post_with_retries(body)
 
     async def aclose(self) -> None:
         """Close the connections; those of an event loop that is gone are dropped (they cannot be awaited)."""
@@ -131,28 +122,32 @@ class ChatClient:
             await self._http.aclose()
         self._http = None
 
-    async def _post_with_retries(self, body: dict[str, Any]) -> ChatResult:
-        attempts = self.endpoint.max_retries + 1
-        for attempt in range(1, attempts + 1):
-            try:
-                return await self._post_once(body)
-            except _RetryableError as error:
-                if attempt == attempts:
-                    raise EndpointError(
-                        f"{self.role} endpoint {self.url} (model {self.endpoint.model!r}) failed after "
-                        f"{attempts} attempt(s): {error.cause}", status=error.status, attempts=attempts,
-                    ) from None
-                await asyncio.sleep(self._delay(attempt, error.retry_after_s))
-        raise AssertionError("unreachable")
+    async def _post_with_retries(self, body: dict[str, Any]) -> Any:
+        """`body` posted to `self.url` until an answer reads (`_read_result`), a failure is not worth
+        another try, or `max_retries` retries are spent. A fresh `AsyncRetrying` per request: its
+        state is per call, and concurrent requests share this client."""
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self.endpoint.max_retries + 1), wait=self._wait,
+            retry=tenacity.retry_if_exception_type(_RetryableError), retry_error_callback=self._give_up,
+        )
+        return await retrying(self._post_once, body)
 
-    def _delay(self, attempt: int, retry_after_s: float | None) -> float:
-        """Exponential backoff with full jitter; a server's Retry-After is honoured (capped)."""
-        if retry_after_s is not None:
-            return min(retry_after_s, MAX_BACKOFF_S)
-        ceiling = min(self._backoff_s * 2 ** (attempt - 1), MAX_BACKOFF_S)
-        return ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+    def _wait(self, state: tenacity.RetryCallState) -> float:
+        """The server's Retry-After when it sent one (capped), else exponential backoff with full jitter."""
+        error = state.outcome.exception() if state.outcome is not None else None
+        if isinstance(error, _RetryableError) and error.retry_after_s is not None:
+            return min(error.retry_after_s, self._max_backoff_s)
+        return self._backoff(state)
 
-    async def _post_once(self, body: dict[str, Any]) -> ChatResult:
+    def _give_up(self, state: tenacity.RetryCallState) -> NoReturn:
+        error = state.outcome.exception() if state.outcome is not None else None
+        assert isinstance(error, _RetryableError), error  # tenacity retries nothing else
+        raise EndpointError(
+            f"{self.role} endpoint {self.url} (model {self.endpoint.model!r}) failed after "
+            f"{state.attempt_number} attempt(s): {error.cause}", status=error.status, attempts=state.attempt_number,
+        ) from None
+
+    async def _post_once(self, body: dict[str, Any]) -> Any:
         http = self._client()
         try:
             response = await http.post(self.url, json=body, headers=self._headers())
@@ -192,8 +187,15 @@ class ChatClient:
         )
 
     def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.endpoint.timeout_s))
+        """This event loop's connections: a new loop gets new ones (those of the old loop are dropped).
+        At most `concurrency` connections, so at most that many requests in flight; a request waits for
+        one without a time limit (`pool=None`), as the episode's own limits bound it."""
+        loop = asyncio.get_running_loop()
+        if self._http is None or loop is not self._loop:
+            limits = httpx.Limits(max_connections=self.endpoint.concurrency,
+                                  max_keepalive_connections=self.endpoint.concurrency)
+            self._http = httpx.AsyncClient(timeout=httpx.Timeout(self.endpoint.timeout_s, pool=None), limits=limits)
+            self._loop = loop
         return self._http
 
     def _headers(self) -> dict[str, str]:
@@ -238,8 +240,19 @@ def mask_secret(value: Any, secret: str | None) -> Any:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
+    """The seconds a `Retry-After` header asks for (a number, or an HTTP date: its distance from now);
+    None when there is none or it does not read."""
     value = response.headers.get("retry-after")
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
+    if value is None:
         return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, by RFC 5322
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - time.time())

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from collections import deque
+from email.utils import formatdate
 
 import pytest
 
@@ -162,6 +165,70 @@ def test_timeouts_raise_infra_error_after_bounded_retries(server):
         act(OpenAIPolicy(short, client=ChatClient(short, backoff_s=0.01)))
     assert len(server.chat_requests) == 3 and caught.value.attempts == 3 and caught.value.status is None
     assert time.monotonic() - started < 1.5  # 3 x 0.2 s timeouts plus ~0.03 s backoff, not the 2 s delays
+
+
+def arrival_times(*replies) -> tuple[FakeOpenAIServer, list[float]]:
+    """A server that answers chat requests with `replies` (callables of nothing, so a reply can be made
+    as its request arrives), noting when each request arrived."""
+    queue, arrivals = deque(replies), []
+
+    def answer(body):
+        arrivals.append(time.monotonic())
+        return queue.popleft()()
+    return FakeOpenAIServer(answer=answer), arrivals
+
+
+@pytest.mark.parametrize("form", ["seconds", "date"])
+def test_retry_after_is_honoured_in_seconds_and_as_an_http_date(form):
+    # backoff_s=0.01: without the header the retry would follow within ~10 ms. An HTTP date has whole
+    # seconds, so "now + 2 s" lies between 1 and 2 s ahead.
+    header = "0.6" if form == "seconds" else None
+    fake, arrivals = arrival_times(
+        lambda: Scripted(status=429, headers={"Retry-After": header or formatdate(time.time() + 2, usegmt=True)}),
+        lambda: text_reply("ok"))
+    with fake as server:
+        assert chat(client(server, max_retries=1)).message["content"] == "ok"
+    assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= (0.6 if header else 0.9), arrivals
+
+
+def test_retry_after_is_capped_and_retries_give_up_with_the_last_status():
+    fake, arrivals = arrival_times(*[lambda: Scripted(status=429, headers={"Retry-After": "3600"})] * 3)
+    capped = ChatClient(endpoint(fake, max_retries=2), backoff_s=0.01, max_backoff_s=0.3)
+
+    async def run():
+        try:  # an uncapped wait would be an hour: fail after 10 s instead
+            return await asyncio.wait_for(capped.chat([{"role": "user", "content": "hi"}]), 10)
+        finally:
+            await capped.aclose()
+    with fake, pytest.raises(EndpointError, match=r"failed after 3 attempt\(s\): HTTP 429") as caught:
+        asyncio.run(run())
+    assert caught.value.status == 429 and caught.value.attempts == 3 and len(arrivals) == 3
+    assert all(later - earlier >= 0.3 for earlier, later in zip(arrivals, arrivals[1:], strict=False))
+
+
+def test_a_request_waiting_to_retry_holds_no_concurrency_slot():
+    """concurrency=1 bounds the requests in flight: while A waits out its Retry-After, B is sent and answered."""
+    order, a_seen = [], threading.Event()
+
+    def answer(body):
+        who = body["messages"][0]["content"]
+        order.append(who)
+        if order == ["a"]:
+            a_seen.set()
+            return Scripted(status=429, headers={"Retry-After": "2"})
+        return text_reply(who)
+
+    async def run(limited: ChatClient):
+        try:
+            first = asyncio.create_task(limited.chat([{"role": "user", "content": "a"}]))
+            assert await asyncio.to_thread(a_seen.wait, 10)
+            second = await asyncio.wait_for(limited.chat([{"role": "user", "content": "b"}]), 1.5)
+            return (await first).message["content"], second.message["content"]
+        finally:
+            await limited.aclose()
+    with FakeOpenAIServer(answer=answer) as server:
+        assert asyncio.run(run(client(server, concurrency=1))) == ("a", "b")
+    assert order == ["a", "b", "a"]
 
 
 def test_persistent_5xx_raises_infra_error_with_status(server):
