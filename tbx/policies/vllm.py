@@ -80,11 +80,8 @@ class TokenClient(ChatClient):
 
     async def generate(self, token_ids: Sequence[int], sampling: dict[str, Any], served: str) -> dict[str, Any]:
         """The first choice of one request, with the usage and weight versions."""
-        self._bind_to_running_loop()
-        assert self._semaphore is not None
-        async with self._semaphore:
-            return await self._post_with_retries({"token_ids": list(token_ids), "model": served,
-                                                  "sampling_params": sampling})
+        return await self._post_with_retries({"token_ids": list(token_ids), "model": served,
+                                              "sampling_params": sampling})
 
     def _read_result(self, response: httpx.Response) -> Any:
         try:
