@@ -19,7 +19,7 @@ class EndpointConfig:
     # name of the environment variable holding the key (never the key)
     api_key_env: str | None = field(default=None, metadata=NOT_IDENTITY)
     timeout_s: float = field(default=60.0, metadata=NOT_IDENTITY)
-    max_retries: int = field(default=3, metadata=NOT_IDENTITY)  # bounded retries with backoff on timeouts and 5xx
+    max_retries: int = field(default=3, metadata=NOT_IDENTITY)  # bounded retries with backoff: timeouts, connection errors, unreadable bodies, 429, 5xx
     concurrency: int = field(default=16, metadata=NOT_IDENTITY)  # requests in flight at once
     temperature: float = 1.0
     max_tokens: int = 512
