@@ -1,15 +1,20 @@
 """The token-level truncated importance weight (TIS) against the sampler's log-probs: worked by hand, masked
-tokens ignored, multiplied into the policy-gradient term only, off by default."""
+tokens ignored, multiplied into the policy-gradient term only, off by default; the native update applies it
+and its statistics reach the step metrics."""
 
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tbx.rl.correction import ImportanceStats, truncated_importance_weights
 from tbx.rl.grpo import LossSettings, policy_loss
+from tbx.rl.native import TurnSample, UpdateResult, batch_tensors, grpo_update, token_logprobs
+from tests.launch import compose_cfg
+from tests.rl.test_native import tiny_model
 
 # Three response tokens whose trainer/sampler ratios exp(old - sampler) are 0.5, 1.5 and 3.0, and a fourth,
 # masked token with garbage (NaN sampler log-prob, a huge ratio). At threshold 2.0:
@@ -93,3 +98,59 @@ def test_no_weight_and_unit_weights_leave_the_loss_bit_for_bit():
         results.append((out.loss.detach(), leaf.grad, out.metrics))
     (loss_none, grad_none, metrics_none), (loss_ones, grad_ones, metrics_ones) = results
     assert torch.equal(loss_none, loss_ones) and torch.equal(grad_none, grad_ones) and metrics_none == metrics_ones
+
+
+def trainer_logprobs(model, samples):
+    """Each sample's completion log-probs under the model (temperature 1), as the update computes them."""
+    ids, attention, response = batch_tensors(samples, 0)
+    with torch.no_grad():
+        logp = token_logprobs(model, ids, attention, 1.0)
+    return [logp[row, response[row].bool()].tolist() for row in range(len(samples))]
+
+
+def test_the_native_update_applies_the_weights_against_the_sampled_log_probs():
+    """The sampler's log-probs are set so the three tokens of the first two turns have ratios 0.5, 1.5
+    and 3.0; the third turn has none (weight 1, left out of the statistics). On-policy the token-mean
+    loss is -sum(A w) / tokens = -(1.0 * 0.5 + 1.0 * 1.5 + (-1.0) * 2.0 + 0.5 * 1 + 0.5 * 1) / 5 = -1/5;
+    uncorrected it is -(1 + 1 - 1 + 0.5 + 0.5) / 5 = -2/5."""
+    plain = [TurnSample((1, 2, 3), (5, 6), 1.0), TurnSample((1, 2, 4), (7,), -1.0),
+             TurnSample((1, 2, 9), (10, 11), 0.5)]
+    trainer = trainer_logprobs(tiny_model(), plain)
+    sampled = [tuple(lp - math.log(r) for lp, r in zip(trainer[0], RATIOS[:2], strict=True)),
+               (trainer[1][0] - math.log(RATIOS[2]),), ()]
+    samples = [TurnSample(s.prompt_ids, s.completion_ids, s.advantage, lps)
+               for s, lps in zip(plain, sampled, strict=True)]
+    results = {}
+    for threshold in (None, 2.0):
+        model = tiny_model()
+        results[threshold] = grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), samples,
+                                         LossSettings(), pad_id=0, micro_batch_size=2, temperature=1.0,
+                                         max_grad_norm=1e9, is_threshold=threshold)
+    assert results[None].loss == pytest.approx(-2 / 5, abs=1e-5)
+    assert results[2.0].loss == pytest.approx(-1 / 5, abs=1e-5)
+    metrics = results[2.0].importance.as_metrics()
+    assert results[2.0].importance.tokens == 3 and metrics["is_clipped_fraction"] == pytest.approx(1 / 3)
+    assert metrics["is_weight_mean"] == pytest.approx(4 / 3, abs=1e-5)
+    assert metrics["mismatch_kl"] == pytest.approx(-0.270310, abs=1e-5)
+    assert results[None].importance.as_metrics()["mismatch_kl"] == pytest.approx(metrics["mismatch_kl"])
+
+
+def step_metrics(*overrides: str, temperature: float = 1.0) -> dict:
+    from tbx.rl.sampler import SamplerStats
+    from tbx.stages.train import _step_metrics
+
+    cfg = compose_cfg("stage=train", *overrides, f"model.temperature={temperature}")
+    stats = truncated_importance_weights(OLD, SAMPLER, MASK, 2.0).stats
+    batch = SimpleNamespace(groups=(), stats=SamplerStats(*[0] * 4, 0.0, *[0] * 6))
+    update = UpdateResult(-0.2, 1.0, 5, 3, 0.0, 0.1, stats)
+    return _step_metrics(cfg, 0, batch, [], update, [], 1.0, SimpleNamespace(sync_seconds=[0.5]))
+
+
+def test_each_step_logs_the_weights_and_the_mismatch_kl():
+    logged = step_metrics("grpo.is_threshold=2.0")
+    assert logged["train/is_weight_mean"] == pytest.approx(4 / 3) and logged["train/is_weight_max"] == 2.0
+    assert logged["train/is_clipped_fraction"] == pytest.approx(1 / 3)
+    assert logged["train/mismatch_kl"] == pytest.approx(-0.270310, abs=1e-6)
+    off = step_metrics()  # the correction off: the mismatch is still logged, no weight is
+    assert "train/mismatch_kl" in off and not any(key.startswith("train/is_") for key in off)
+    assert math.isnan(step_metrics(temperature=0.7)["train/mismatch_kl"])  # vLLM's raw log-probs: no comparison
