@@ -1,6 +1,6 @@
 """The token-level truncated importance weight (TIS) against the sampler's log-probs: worked by hand, masked
 tokens ignored, multiplied into the policy-gradient term only, off by default; the native update applies it
-and its statistics reach the step metrics."""
+and its statistics reach the step metrics; a cap <= 1 is refused with one line."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from tbx.errors import ConfigError
 from tbx.rl.correction import ImportanceStats, truncated_importance_weights
 from tbx.rl.grpo import LossSettings, policy_loss
 from tbx.rl.native import TurnSample, UpdateResult, batch_tensors, grpo_update, token_logprobs
@@ -154,3 +155,16 @@ def test_each_step_logs_the_weights_and_the_mismatch_kl():
     off = step_metrics()  # the correction off: the mismatch is still logged, no weight is
     assert "train/mismatch_kl" in off and not any(key.startswith("train/is_") for key in off)
     assert math.isnan(step_metrics(temperature=0.7)["train/mismatch_kl"])  # vLLM's raw log-probs: no comparison
+
+
+@pytest.mark.parametrize(("overrides", "fix"), [
+    (["grpo.is_threshold=1.0"], "grpo.is_threshold > 1"),
+    (["grpo.is_threshold=2.0", "grpo.trainer=verl"], "grpo.is_threshold=null with grpo.trainer=verl"),
+    (["grpo.is_threshold=2.0", "model.temperature=0.7"], "model.temperature=1.0"),
+])
+def test_a_bad_is_threshold_names_the_file_the_field_and_the_fix(overrides, fix):
+    with pytest.raises(ConfigError) as error:
+        compose_cfg("stage=train", *overrides)
+    assert (error.value.source, error.value.field) == ("conf/grpo", "grpo.is_threshold")
+    assert fix in error.value.fix and "\n" not in str(error.value)
+    assert compose_cfg("stage=train", "grpo.is_threshold=2.0").grpo.is_threshold == 2.0
