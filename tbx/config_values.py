@@ -143,6 +143,23 @@ def check_grpo(cfg: Config) -> None:
     if cfg.grpo.trainer == "native" and cfg.grpo.kl_coef != 0:
         raise fail(cfg, "grpo.kl_coef", f"is {cfg.grpo.kl_coef}, but the native trainer keeps no reference model",
                    "give grpo.kl_coef=0, or train with grpo.trainer=verl (its KL loss uses a reference model)")
+    if cfg.grpo.is_threshold is not None:
+        check_is_threshold(cfg)
+
+
+def check_is_threshold(cfg: Config) -> None:
+    """The truncated importance weight's cap (tbx/rl/correction.py), where the trainer can apply it."""
+    threshold, key = cfg.grpo.is_threshold, "grpo.is_threshold"
+    if not threshold > 1.0:
+        raise fail(cfg, key, f"is {threshold}; a cap at or below 1 down-weights every token the trainer finds at "
+                   "least as likely as the sampler did", f"give {key} > 1 (verl's default 2.0), or null (off)")
+    if cfg.grpo.trainer == "verl":
+        raise fail(cfg, key, "is set, but the verl bridge does not pass it to verl yet",
+                   f"give {key}=null with grpo.trainer=verl, or train with grpo.trainer=native")
+    if cfg.model.temperature != 1.0:
+        raise fail(cfg, key, f"is set, but model.temperature is {cfg.model.temperature}; vLLM's log-probs are the "
+                   "raw (temperature 1) ones, so the weight would compare two distributions",
+                   f"sample at model.temperature=1.0, or give {key}=null")
 
 
 def check_pipeline(cfg: Config) -> None:

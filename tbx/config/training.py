@@ -63,6 +63,11 @@ class GrpoConfig:
     micro_batch_size: int = 4  # native: sequences per forward/backward (gradient accumulation)
     gradient_checkpointing: bool = False  # native: trade compute for memory
     max_grad_norm: float = 1.0
+    # Off-policy correction, native trainer: each token's policy-gradient term times min(exp(old_logp -
+    # sampler_logp), this), the truncated importance weight against vLLM's log-probs (TIS,
+    # tbx/rl/correction.py); > 1, typically 2.0; needs model.temperature 1; null: off. verl's counterpart,
+    # algorithm.rollout_correction.rollout_is=token + rollout_is_threshold, is not passed by the bridge yet.
+    is_threshold: float | None = None
     trainer: Trainer = Trainer.native  # native (transformers in-process) | verl (Ray + vLLM on clusters)
     verl_entry: str = "verl.trainer.main_ppo"  # verl: the module `python -m` runs with the overrides
 

@@ -1,5 +1,7 @@
-"""RL core: GRPO math (`grpo`) and the group sampler (`sampler`). Needs only torch and numpy."""
+"""RL core: GRPO math (`grpo`), the off-policy correction (`correction`) and the group sampler (`sampler`).
+Needs only torch and numpy."""
 
+from tbx.rl.correction import ImportanceStats, ImportanceWeights, truncated_importance_weights
 from tbx.rl.grpo import (
     LOSS_AGG_MODES,
     LossMetrics,
@@ -16,5 +18,5 @@ from tbx.rl.sampler import EpisodeOutcome, Group, GroupSampler, SamplerStats, St
 __all__ = [
     "LOSS_AGG_MODES", "EpisodeOutcome", "Group", "GroupSampler", "LossMetrics", "LossSettings", "PolicyLoss",
     "SamplerStats", "StepBatch", "aggregate_loss", "broadcast_to_tokens", "group_advantages", "kl_estimate",
-    "policy_loss",
+    "policy_loss", "ImportanceStats", "ImportanceWeights", "truncated_importance_weights",
 ]

@@ -138,13 +138,13 @@ def broadcast_to_tokens(advantages: torch.Tensor, response_mask: torch.Tensor) -
 
     advantages [batch], response_mask [batch, tokens] -> [batch, tokens].
     """
-    mask = _as_bool_mask(response_mask)
+    mask = as_bool_mask(response_mask)
     if advantages.dim() != 1 or advantages.shape[0] != mask.shape[0]:
         raise ValueError(f"advantages must be [batch]={mask.shape[0]}, got shape {tuple(advantages.shape)}")
     return advantages.unsqueeze(-1) * mask.to(advantages.dtype)  # [batch, tokens]
 
 
-def _as_bool_mask(response_mask: torch.Tensor) -> torch.Tensor:
+def as_bool_mask(response_mask: torch.Tensor) -> torch.Tensor:
     if response_mask.dim() != 2:
         raise ValueError(f"response_mask must be 2-D [batch, tokens], got shape {tuple(response_mask.shape)}")
     if response_mask.dtype == torch.bool:
@@ -154,7 +154,7 @@ def _as_bool_mask(response_mask: torch.Tensor) -> torch.Tensor:
     return response_mask.bool()
 
 
-def _check_same_shape(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
+def check_same_shape(mask: torch.Tensor, **tensors: torch.Tensor) -> None:
     for name, tensor in tensors.items():
         if tensor.shape != mask.shape:
             raise ValueError(f"{name} has shape {tuple(tensor.shape)} but response_mask has "
@@ -177,8 +177,8 @@ def aggregate_loss(loss_per_token: torch.Tensor, response_mask: torch.Tensor,
     Masked positions are zeroed with `where`, so NaN/inf there cannot leak into the loss or the
     gradient. An empty batch gives 0.
     """
-    mask = _as_bool_mask(response_mask)
-    _check_same_shape(mask, loss_per_token=loss_per_token)
+    mask = as_bool_mask(response_mask)
+    check_same_shape(mask, loss_per_token=loss_per_token)
     masked = torch.where(mask, loss_per_token, torch.zeros_like(loss_per_token))  # [batch, tokens]
     if mode == "token-sum":
         return masked.sum()
@@ -245,24 +245,30 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
 def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                 response_mask: torch.Tensor, settings: LossSettings | None = None, *,
                 ref_logp: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
-                total_tokens: int | None = None, total_sequences: int | None = None) -> PolicyLoss:
+                token_weights: torch.Tensor | None = None, total_tokens: int | None = None,
+                total_sequences: int | None = None) -> PolicyLoss:
     """The GRPO actor loss: clipped policy gradient - entropy_coeff * entropy + kl_coef * KL.
 
     All tensors are [batch, tokens]: `logp` the current policy's log-prob of each sampled token
     (carries the graph), `old_logp` the sampling policy's, `advantages` from `broadcast_to_tokens`,
     `ref_logp` the reference policy's (required when settings.kl_coef > 0), `entropy` the
-    policy's per-token entropy (optional; only a metric unless entropy_coeff > 0). Tokens outside
+    policy's per-token entropy (optional; only a metric unless entropy_coeff > 0), `token_weights`
+    a detached per-token factor on the policy-gradient term only, e.g. the truncated importance weights
+    of `tbx.rl.correction` (verl's `rollout_is_weights`; None: the loss is unchanged). Tokens outside
     `response_mask` contribute nothing and receive zero gradient.
     """
     settings = settings or LossSettings()
-    mask = _as_bool_mask(response_mask)
-    _check_same_shape(mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    mask = as_bool_mask(response_mask)
+    check_same_shape(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     # Zero every input outside the mask first: a NaN in padding would otherwise turn the zero
     # gradient of `where` into 0 * NaN = NaN on its way back into the model.
     logp, old_logp, advantages = (_zero_outside(tensor, mask)
                                   for tensor in (logp, old_logp.detach(), advantages.detach()))
     aggregate = dict(mode=settings.loss_agg_mode, total_tokens=total_tokens, total_sequences=total_sequences)
     token_loss, was_clipped, dual_clipped = clipped_token_loss(logp, old_logp, advantages, settings)
+    if token_weights is not None:  # as verl: after the clip and dual-clip, before aggregation
+        check_same_shape(mask, token_weights=token_weights)
+        token_loss = token_loss * _zero_outside(token_weights.detach(), mask)
     pg_loss = aggregate_loss(token_loss, mask, **aggregate)
     loss = pg_loss
     kl_value = entropy_value = None
@@ -270,14 +276,14 @@ def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Te
         raise ValueError(f"kl_coef is {settings.kl_coef} but no ref_logp was given: pass the reference "
                          "policy's log-probs, or set kl_coef to 0")
     if ref_logp is not None:
-        _check_same_shape(mask, ref_logp=ref_logp)
+        check_same_shape(mask, ref_logp=ref_logp)
         ref_logp = _zero_outside(ref_logp.detach(), mask)
         kl_loss = aggregate_loss(kl_estimate(logp, ref_logp, settings.kl_estimator), mask, **aggregate)
         if settings.kl_coef > 0:
             loss = loss + settings.kl_coef * kl_loss
         kl_value = float(kl_loss.detach())
     if entropy is not None:
-        _check_same_shape(mask, entropy=entropy)
+        check_same_shape(mask, entropy=entropy)
         entropy = _zero_outside(entropy, mask)
         if settings.entropy_coeff > 0:
             loss = loss - settings.entropy_coeff * aggregate_loss(entropy, mask, **aggregate)

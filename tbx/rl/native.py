@@ -19,12 +19,14 @@ vocabulary-sized logits exist only for the suffixes.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from tbx.rl.correction import ImportanceStats, truncated_importance_weights
 from tbx.rl.grpo import LossSettings, policy_loss
 
 
@@ -144,38 +146,63 @@ class UpdateResult:
     # mean |log p_trainer - log p_sampler| over the tokens whose sampler log-prob is known (nan: none):
     # how far the rollout engine's numbers are from the trainer's for the very same weights and tokens
     logprob_gap: float = float("nan")
+    # trainer (before the step) against sampler over the same tokens: the TIS weights' statistics and the
+    # mismatch KL (tbx/rl/correction.py); with grpo.is_threshold null the weights are computed, not applied
+    importance: ImportanceStats = ImportanceStats()
 
 
-def sampler_gap(logp: torch.Tensor, response: torch.Tensor, samples: Sequence[TurnSample]) -> tuple[float, int]:
-    """Summed |trainer - sampler| log-prob over the response tokens [b, T] of rows with sampler log-probs,
-    and how many tokens that is. A row's response positions, in order, are its completion tokens."""
-    total, count = 0.0, 0
+def sampled_logprobs(response: torch.Tensor, samples: Sequence[TurnSample]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rollout engine's log-probs laid out as the response tokens [b, T] (0 elsewhere), and where they
+    are known [b, T] bool: the response positions of rows whose sampler log-probs cover every completion
+    token. A row's response positions, in order, are its completion tokens."""
+    sampled = torch.zeros(response.shape, dtype=torch.float32)
+    known = torch.zeros(response.shape, dtype=torch.bool)
     for row, sample in enumerate(samples):
         if len(sample.sampled_logprobs) != len(sample.completion_ids):
             continue
         positions = response[row].nonzero().squeeze(-1)
-        sampled = torch.tensor(sample.sampled_logprobs, dtype=logp.dtype)
-        total += float((logp[row, positions].detach() - sampled).abs().sum())
-        count += len(sample.sampled_logprobs)
-    return total, count
+        sampled[row, positions] = torch.tensor(sample.sampled_logprobs, dtype=torch.float32)
+        known[row, positions] = True
+    return sampled, known
+
+
+def sampler_gap(logp: torch.Tensor, response: torch.Tensor, samples: Sequence[TurnSample]) -> tuple[float, int]:
+    """Summed |trainer - sampler| log-prob over the response tokens [b, T] of rows with sampler log-probs,
+    and how many tokens that is."""
+    sampled, known = sampled_logprobs(response, samples)
+    gap = torch.where(known, (logp.detach().float() - sampled).abs(), torch.zeros_like(sampled))
+    return float(gap.sum()), int(known.sum())
+
+
+def importance_weights(old_logp: torch.Tensor, response: torch.Tensor, samples: Sequence[TurnSample],
+                       is_threshold: float | None) -> tuple[torch.Tensor | None, ImportanceStats]:
+    """The TIS weight of each response token [b, T] (1 where the sampler's log-prob is unknown; None when
+    `is_threshold` is None: no correction) and the trainer/sampler statistics, which are kept either way."""
+    sampled, known = sampled_logprobs(response, samples)
+    tis = truncated_importance_weights(old_logp.float(), sampled, known,
+                                       math.inf if is_threshold is None else is_threshold)
+    if is_threshold is None:
+        return None, tis.stats
+    return torch.where(known, tis.weights, torch.ones_like(tis.weights)).to(old_logp.dtype), tis.stats
 
 
 def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[TurnSample],
                 settings: LossSettings, *, pad_id: int, micro_batch_size: int, temperature: float,
-                max_grad_norm: float, share_prefix: bool = True) -> UpdateResult:
+                max_grad_norm: float, share_prefix: bool = True, is_threshold: float | None = None) -> UpdateResult:
     """One optimizer step over all `samples`, accumulated in micro-batches.
 
     The loss of each micro-batch is aggregated against the whole batch's token and sequence
     counts, so the accumulated gradient equals the full batch's (token-mean over the batch).
     `share_prefix=False` runs every full sequence (needed with gradient checkpointing, which
-    turns the key/value cache off).
+    turns the key/value cache off). `is_threshold` multiplies each token's policy-gradient term by its
+    truncated importance weight against the sampler's log-probs (None: no correction).
     """
     if not samples:
         raise ValueError("grpo_update needs at least one sample")
     total_tokens = sum(len(s.completion_ids) for s in samples)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    loss_total, clipped, gap, gap_tokens = 0.0, 0.0, 0.0, 0
+    loss_total, clipped, gap, gap_tokens, importance = 0.0, 0.0, 0.0, 0, ImportanceStats()
     for start in range(0, len(samples), micro_batch_size):
         micro = samples[start : start + micro_batch_size]
         if share_prefix:
@@ -184,8 +211,10 @@ def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
             ids, attention, response = batch_tensors(micro, pad_id)
             logp = token_logprobs(model, ids, attention, temperature)
         advantages = torch.tensor([s.advantage for s in micro], dtype=torch.float32)[:, None] * response
-        out = policy_loss(logp, logp.detach(), advantages, response, settings, total_tokens=total_tokens,
-                          total_sequences=len(samples))
+        weights, stats = importance_weights(logp.detach(), response, micro, is_threshold)
+        importance = importance.combine(stats)
+        out = policy_loss(logp, logp.detach(), advantages, response, settings, token_weights=weights,
+                          total_tokens=total_tokens, total_sequences=len(samples))
         out.loss.backward()
         micro_gap, micro_tokens = sampler_gap(logp, response, micro)
         gap, gap_tokens = gap + micro_gap, gap_tokens + micro_tokens
@@ -197,4 +226,4 @@ def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
     optimizer.zero_grad(set_to_none=True)
     model.eval()
     return UpdateResult(loss_total, grad_norm, total_tokens, len(samples), clipped / max(total_tokens, 1),
-                        gap / gap_tokens if gap_tokens else float("nan"))
+                        gap / gap_tokens if gap_tokens else float("nan"), importance)

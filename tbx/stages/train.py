@@ -115,10 +115,15 @@ def _step_metrics(cfg: Config, step: int, batch: StepBatch, samples: list[TurnSa
     metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
     if update is not None:
         # vLLM's log-probs are the raw (temperature-1) ones: compared with the trainer's only at temperature 1
-        gap = update.logprob_gap if cfg.model.temperature == 1.0 else float("nan")
+        comparable = cfg.model.temperature == 1.0
+        gap = update.logprob_gap if comparable else float("nan")
         metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
                     "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
                     "train/logprob_gap": gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
+        # mismatch_kl always; the TIS weights' statistics when grpo.is_threshold applies them (tbx/rl/correction.py)
+        metrics |= {f"train/{key}": value if comparable else float("nan")
+                    for key, value in update.importance.as_metrics().items()
+                    if key.startswith("mismatch") or cfg.grpo.is_threshold is not None}
     return metrics
 
 
@@ -165,7 +170,8 @@ async def _train(cfg: Config, run: _Trainer) -> None:
             update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
                 grpo_update, policy.model, run.optimizer, samples, settings, pad_id=policy.pad_id,
                 micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
-                max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing))
+                max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing,
+                is_threshold=cfg.grpo.is_threshold))
             bar.set_postfix_str("sending the weights to vLLM")
             await asyncio.to_thread(policy.sync_weights, step + 1)
         bar.close()

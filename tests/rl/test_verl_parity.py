@@ -3,7 +3,10 @@
 verl is not in tbx's .venv; these tests (marker `verl`) run in .venv-vllm, the venv of vLLM's CPU
 build and verl's trainer (scripts/setup_vllm.sh), where scripts/test.sh runs them. Compared: the GRPO
 advantage, every loss aggregation mode, the vanilla (dual-clip) policy loss with its metrics and
-gradients, both KL estimators, and the actor's total loss as verl's `ppo_loss` composes it.
+gradients, both KL estimators, the actor's total loss as verl's `ppo_loss` composes it, and the off-policy
+correction: the token-level truncated importance weights and their metrics (verl's
+`rollout_corr_helper.compute_rollout_correction_and_rejection_mask` with `rollout_is="token"`) and the
+policy loss with those weights (`compute_policy_loss_vanilla(..., rollout_is_weights=...)`).
 The one documented departure (a group of one gets advantage 0) is asserted as such.
 """
 
@@ -19,7 +22,10 @@ core = pytest.importorskip(
     "verl.trainer.ppo.core_algos",
     reason="verl is not installed in this venv: scripts/test.sh runs the verl tests in .venv-vllm")
 actor_config = pytest.importorskip("verl.workers.config", reason="verl.workers.config did not import")
+rollout_corr = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper",
+                                   reason="verl.trainer.ppo.rollout_corr_helper did not import")
 
+from tbx.rl.correction import truncated_importance_weights  # noqa: E402
 from tbx.rl.grpo import (  # noqa: E402  (after the skip, so the module imports only where verl does)
     LOSS_AGG_MODES,
     LossSettings,
@@ -181,3 +187,52 @@ def test_total_actor_loss_matches_verl_ppo_loss_composition(dtype, mode):
     report(f"total loss {mode}", ours.loss, theirs, dtype)
     report(f"total loss {mode} d/dlogp", ours_logp.grad, their_logp.grad, dtype)
     report(f"kl_to_ref {mode}", torch.tensor(ours.metrics.kl_to_ref, dtype=torch.float64), kl_loss, dtype)
+
+
+def sampler_logprobs(old_logp: torch.Tensor, seed: int) -> torch.Tensor:
+    """The rollout engine's log-probs: the trainer's plus noise wide enough that many ratios pass 2 and 5."""
+    gen = torch.Generator().manual_seed(seed)
+    return old_logp + torch.randn(old_logp.shape, generator=gen, dtype=old_logp.dtype) * 0.8
+
+
+# ours (ImportanceStats.as_metrics) -> verl 0.9.1 (compute_rollout_correction_and_rejection_mask's metrics)
+TIS_METRICS = {"is_weight_mean": "rollout_corr/rollout_is_mean", "is_weight_max": "rollout_corr/rollout_is_max",
+               "is_clipped_fraction": "rollout_corr/rollout_is_ratio_fraction_high",
+               "mismatch_kl": "rollout_corr/kl", "mismatch_k3_kl": "rollout_corr/k3_kl"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threshold", [1.5, 2.0, 5.0])
+def test_token_tis_weights_and_metrics_match(dtype, threshold):
+    _, _, mask, _, old_logp, *_ = make_batch(dtype, seed=5)
+    rollout_logp = sampler_logprobs(old_logp, seed=6)
+    ours = truncated_importance_weights(old_logp, rollout_logp, mask, threshold)
+    weights, _, metrics = rollout_corr.compute_rollout_correction_and_rejection_mask(
+        old_logp, rollout_logp, mask.to(dtype), rollout_is="token", rollout_is_threshold=threshold)
+    report(f"TIS weights threshold={threshold}", ours.weights, weights.batch["rollout_is_weights"], dtype)
+    for our_key, their_key in TIS_METRICS.items():
+        report(f"TIS {our_key} threshold={threshold}", torch.tensor(ours.stats.as_metrics()[our_key], dtype=torch.float64),
+               torch.tensor(metrics[their_key], dtype=torch.float64), dtype)
+    assert 0 < ours.stats.clipped < ours.stats.tokens / 2  # the batch really exercises the cap
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_policy_loss_with_tis_weights_matches(dtype, mode):
+    """verl multiplies `rollout_is_weights` into the per-token loss after the (dual) clip, before `agg_loss`."""
+    ids, rewards, mask, logp, old_logp, *_ = make_batch(dtype, seed=7)
+    advantages = token_advantages(ids, rewards, mask)
+    rollout_logp = sampler_logprobs(old_logp, seed=8)
+    weights = truncated_importance_weights(old_logp, rollout_logp, mask, 2.0).weights
+    their_weights, _ = rollout_corr.compute_rollout_correction_weights(old_logp - rollout_logp, mask.to(dtype),
+                                                                       rollout_is="token", rollout_is_threshold=2.0)
+    ours_logp, their_logp = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
+    ours = policy_loss(ours_logp, old_logp, advantages, mask, LossSettings(loss_agg_mode=mode), token_weights=weights)
+    theirs, _ = core.get_policy_loss_fn("vanilla")(old_logp, their_logp, advantages, mask, mode,
+                                                   verl_config(mode, 0.2, 0.2, 3.0), rollout_is_weights=their_weights)
+    ours.loss.backward()
+    theirs.backward()
+    report(f"policy_loss with TIS {mode}", ours.loss, theirs, dtype)
+    report(f"policy_loss with TIS {mode} d/dlogp", ours_logp.grad, their_logp.grad, dtype)
+    unweighted = policy_loss(logp, old_logp, advantages, mask, LossSettings(loss_agg_mode=mode)).loss
+    assert abs(unweighted.item() - ours.loss.item()) > 1e-3  # the weights really change the loss
