@@ -4,6 +4,7 @@ with a preempted shard, the Slurm parameters as submitit writes them, and launch
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -61,6 +62,28 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` installed (its SigCgt mask, /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+def _ready_to_preempt(shard) -> int | None:
+    """The shard's task process once it has played an episode of its own (its progress line in its log)
+    and holds submitit's preemption handler; None before."""
+    if not re.search(r"probe coin:.*\| [1-5]/6 ", shard.stderr() or ""):
+        return None
+    for pid in _children(shard._process.pid):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes() if Path(f"/proc/{pid}").exists() else b""
+        if b"submitit" in cmdline and _catches(pid, signal.SIGUSR2):
+            return pid
+    return None
+
+
 @pytest.mark.slow
 def test_local_jobs_preempted_shard_requeues_and_resumes_without_duplicates(tmp_path):
     cfg = compose_cfg(*probe_overrides(
@@ -79,18 +102,15 @@ def test_local_jobs_preempted_shard_requeues_and_resumes_without_duplicates(tmp_
 
 def _preempt_a_shard_and_check(tmp_path, submission):
     shard = submission.shards[0]
-    run_dir = None
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:  # preempt once the shard has stored something
-        runs = list((tmp_path / "outputs").glob("probe-travel-*"))
-        if runs and (runs[0] / "results.sqlite").exists() and stored_keys(runs[0]):
-            run_dir = runs[0]
-            break
-        time.sleep(0.2)
-    assert run_dir is not None, "the shard stored nothing within 120 s"
-    tasks = _children(shard._process.pid)
-    assert tasks, "the shard's task process is gone before it could be preempted"
-    os.kill(tasks[0], signal.SIGUSR2)  # what Slurm sends before preemption or the time limit
+    task, deadline = None, time.monotonic() + 180
+    while task is None and time.monotonic() < deadline:  # an event (the shard's own progress), polled
+        task = _ready_to_preempt(shard)
+        if task is None:
+            assert not shard.done(), f"the shard ended before it could be preempted: {shard.stderr()}"
+            time.sleep(0.1)
+    assert task is not None, f"the shard played no episode within 180 s: {shard.stderr()}"
+    [run_dir] = (tmp_path / "outputs").glob("probe-travel-*")
+    os.kill(task, signal.SIGUSR2)  # what Slurm sends before preemption or the time limit
     summary = wait(submission, timeout_s=240)
     keys = stored_keys(run_dir)
     assert len(keys) == len(set(keys))  # nothing stored twice
