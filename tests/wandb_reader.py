@@ -70,13 +70,18 @@ def table(run_dir: str | Path, key: str) -> dict:
     raise KeyError(key)
 
 
-def run_group(run_dir: str | Path) -> str:
-    """The W&B group the (single) offline run under `run_dir` was started in."""
-    files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
-    assert len(files) == 1, files
-    for chunk in _chunks(Path(files[0]).read_bytes()):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(chunk)
-        if record.WhichOneof("record_type") == "run":
-            return record.run.run_group
-    raise KeyError("no run record")
+def run_group(run_dir: str | Path, timeout_s: float = 30.0) -> str:
+    """The W&B group the (single) offline run under `run_dir` was started in. W&B's writer process may still be
+    flushing after `finish()` returns (on a loaded machine, seconds later): it polls until the run record shows."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
+        assert len(files) <= 1, files
+        for chunk in _chunks(Path(files[0]).read_bytes()) if files else ():
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            if record.WhichOneof("record_type") == "run":
+                return record.run.run_group
+        if time.monotonic() > deadline:
+            raise KeyError(f"no run record in {files} within {timeout_s} s")
+        time.sleep(0.1)

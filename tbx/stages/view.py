@@ -41,7 +41,10 @@ def run_view(cfg: Config) -> ViewResult:
         try:
             run_loop(_serve(cfg, runs))
         except KeyboardInterrupt:  # Ctrl-C is how a viewer is meant to stop: nothing to resume, nothing lost
-            print("viewer stopped (Ctrl-C)", file=sys.stderr)
+            pass
+        # Here only after Ctrl-C: uvicorn catches it, stops, and raises it again, which reaches this frame as a
+        # KeyboardInterrupt or, when it lands after the served loop has ended, not at all (SIGTERM ends the process).
+        print("viewer stopped (Ctrl-C)", file=sys.stderr)
         return ViewResult(served=True)
     finally:
         for run in runs:

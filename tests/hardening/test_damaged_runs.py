@@ -7,6 +7,7 @@ disk, an editor or another tool would, and the same command is run again on that
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import sqlite3
@@ -139,13 +140,18 @@ def test_ctrl_c_mid_eval_is_one_line_and_resumes(tmp_path):
     log = tmp_path / "log.txt"
     with log.open("w") as handle:
         proc = subprocess.Popen([sys.executable, "launch.py", *args], stdout=handle, stderr=subprocess.STDOUT,
-                                cwd=ROOT)
+                                cwd=ROOT, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
         deadline = time.monotonic() + 240
         while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
         assert started.exists() and proc.poll() is None, log.read_text()[-3000:]
         proc.send_signal(signal.SIGINT)
-        rc = proc.wait(60)
+        try:
+            rc = proc.wait(120)
+        except subprocess.TimeoutExpired:  # where every thread of the run waits: faulthandler prints it on SIGABRT
+            proc.send_signal(signal.SIGABRT)
+            proc.wait(30)
+            raise AssertionError("the run did not end within 120 s of Ctrl-C:\n" + log.read_text()[-6000:]) from None
     text = log.read_text()
     assert rc == 130 and "Traceback" not in text and "KeyboardInterrupt" not in text, text[-3000:]
     assert text.strip().splitlines()[-1].startswith("interrupted (Ctrl-C)")
