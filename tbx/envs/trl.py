@@ -22,6 +22,12 @@ What maps to what:
 The trainer's environments are reused across batches (`reset` again): an episode a rollout left
 unscored is ended (`rollout_end`) before the next one opens. Limits: a tool name the model invents is
 answered by TRL ("Tool ... not found"), not by tbx; TRL has no user turn of its own.
+
+Prompts: by default TRL renders the methods' JSON schemas with the tokenizer's chat template. With
+`tool_format` ("json" | "compact", tbx's `model.tool_format`) the rows' system message is tbx's own (the
+policy, tbx's call instruction, the tools as tbx renders them, `reply_to_user` last) and `chat_tokenizer`
+gives the tokenizer a ChatML template that leaves TRL's tool list out: the model sees the prompt tbx's
+`stage=eval` gives it (plus the `reply_to_user` line), and TRL still parses its calls and renders tool results.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from typing import Any
 from tbx.envs.episodes import Episode, TaskSet
 from tbx.llm.parsing import render_assistant_text
 from tbx.messages import ToolSchema
-from tbx.policies.prompting import demonstrations_for
+from tbx.policies.prompting import ToolFormat, check_tool_format, demonstrations_for, system_text
 from tbx.serve.server import REPLY_TO_USER, USER_TOOLS, domain_tools
 from tbx.tools.declare import ToolSpec
 
@@ -119,36 +125,92 @@ def environment_factory(tasks: TaskSet) -> Callable[[], TbxEnvironment] | dict[s
     return next(iter(classes.values())) if len(classes) == 1 else classes
 
 
+def tool_schemas(tasks: TaskSet, task_id: str) -> list[ToolSchema]:
+    """The task's domain tools as tbx lists them (the MCP listing, in the domain's order)."""
+    listed = tasks.loop.run(domain_tools(tasks.task(task_id).domain, tasks.tools(task_id)))
+    return [ToolSchema(t.name, t.description or "", t.input_schema) for t in listed]
+
+
+_REPLY_SCHEMA = next(ToolSchema(t.name, t.description or "", t.input_schema) for t in USER_TOOLS
+                     if t.name == REPLY_TO_USER)
+
+
 def demonstration_turns(tasks: TaskSet, task_id: str) -> list[dict[str, Any]]:
     """tbx's worked examples of the task's first tools (`model.few_shot`, `demonstrations_for`: built from the
     tool schemas, never from the task) as TRL chat turns: a request, then the assistant's tool call."""
-    listed = tasks.loop.run(domain_tools(tasks.task(task_id).domain, tasks.tools(task_id)))
-    schemas = [ToolSchema(t.name, t.description or "", t.input_schema) for t in listed]
     turns: list[dict[str, Any]] = []
-    for demo in demonstrations_for(schemas):  # the call as text: a dataset's columns would null-fill `arguments`
+    for demo in demonstrations_for(tool_schemas(tasks, task_id)):  # as text: columns would null-fill `arguments`
         turns += [{"role": "user", "content": demo.request},
                   {"role": "assistant", "content": render_assistant_text("", [demo.call])}]
     return turns
 
 
-def rows(tasks: TaskSet, few_shot: bool = False) -> list[dict[str, Any]]:
-    """One row per task, in the task set's order; `few_shot`: tbx's worked tool calls before the user's turn."""
+def system_message(tasks: TaskSet, task_id: str, tool_format: ToolFormat | None = None) -> str:
+    """The task's policy; with `tool_format`, tbx's whole system text: policy, call instruction and the tools the
+    environment exposes (the domain's, then `reply_to_user`) rendered as tbx renders them for the model."""
+    policy = tasks.task(task_id).policy
+    if tool_format is None:
+        return policy
+    return system_text(policy, [*tool_schemas(tasks, task_id), _REPLY_SCHEMA], tool_format=check_tool_format(tool_format))
+
+
+def rows(tasks: TaskSet, few_shot: bool = False, tool_format: ToolFormat | None = None) -> list[dict[str, Any]]:
+    """One row per task, in the task set's order; `few_shot`: tbx's worked tool calls before the user's turn;
+    `tool_format`: tbx's system text (for a tokenizer from `chat_tokenizer(..., tool_format)`)."""
     several = len(_domains(tasks)) > 1
     out = []
     for task_id in tasks.task_ids:
-        task = tasks.task(task_id)
         demos = demonstration_turns(tasks, task_id) if few_shot else []
-        row = {"prompt": [{"role": "system", "content": task.policy}, *demos, {"role": "user", "content": ""}],
-               "task_id": task_id}
-        out.append(row | ({"environment": task.domain} if several else {}))
+        system = {"role": "system", "content": system_message(tasks, task_id, tool_format)}
+        row = {"prompt": [system, *demos, {"role": "user", "content": ""}], "task_id": task_id}
+        out.append(row | ({"environment": tasks.task(task_id).domain} if several else {}))
     return out
 
 
-def dataset(tasks: TaskSet, repeat: int = 1, few_shot: bool = False) -> Any:
+def dataset(tasks: TaskSet, repeat: int = 1, few_shot: bool = False, tool_format: ToolFormat | None = None) -> Any:
     """The rows as a `datasets.Dataset` (each task `repeat` times), TRL's `train_dataset`."""
     from datasets import Dataset
 
-    return Dataset.from_list(rows(tasks, few_shot) * repeat)
+    return Dataset.from_list(rows(tasks, few_shot, tool_format) * repeat)
+
+
+# TRL's Qwen2.5 template (ChatML, hermes tool calls, tool results as a user turn of <tool_response> blocks)
+# without its tool list: the system message already carries tbx's.
+TOOLS_IN_SYSTEM_TEMPLATE = """\
+{%- for message in messages %}
+    {%- if message.role == "assistant" and message.tool_calls %}
+        {{- '<|im_start|>assistant' }}
+        {%- if message.content %}{{- '\\n' + message.content }}{%- endif %}
+        {%- for tool_call in message.tool_calls %}
+            {%- if tool_call.function is defined %}{%- set tool_call = tool_call.function %}{%- endif %}
+            {{- '\\n<tool_call>\\n{"name": "' + tool_call.name + '", "arguments": ' }}
+            {{- tool_call.arguments | tojson }}
+            {{- '}\\n</tool_call>' }}
+        {%- endfor %}
+        {{- '<|im_end|>\\n' }}
+    {%- elif message.role == "tool" %}
+        {%- if loop.first or messages[loop.index0 - 1].role != "tool" %}{{- '<|im_start|>user' }}{%- endif %}
+        {{- '\\n<tool_response>\\n' + message.content + '\\n</tool_response>' }}
+        {%- if loop.last or messages[loop.index0 + 1].role != "tool" %}{{- '<|im_end|>\\n' }}{%- endif %}
+    {%- else %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}
+"""
+
+
+def chat_tokenizer(tokenizer: Any, tool_format: ToolFormat | None = None) -> Any:
+    """`tokenizer` with TRL's Qwen2.5 template (ChatML with tool calls, for a model whose own template has none)
+    and TRL's parser for its calls; with `tool_format`, the template that leaves the tools to the system message
+    (rows of the same `tool_format`). The calls the model writes are the same hermes blocks either way."""
+    from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
+
+    tokenizer.chat_template = qwen2_5_chat_template
+    add_response_schema(tokenizer)  # TRL recognises the template it ships, and sets the parser of its calls
+    if tool_format is not None:
+        tokenizer.chat_template = TOOLS_IN_SYSTEM_TEMPLATE
+    return tokenizer
 
 
 def _final_text(completion: Any) -> str | None:

@@ -95,6 +95,49 @@ def test_few_shot_rows_hold_tbx_s_worked_calls_in_the_form_trl_parses(sample):
         assert parsed["function"] == {"name": demo.call.name, "arguments": demo.call.arguments}
 
 
+@pytest.mark.parametrize("tool_format", ["json", "compact"])
+def test_tool_format_rows_give_trl_the_prompt_tbx_s_eval_renders(sample, tool_format):
+    """`tool_format` (the example's `--tool-format`): the prompt TRL renders, with the environment's methods as its
+    tools, is the text tbx's `stage=eval` renders for the model (its tools plus `reply_to_user`, the same worked
+    calls); TRL still parses the model's call and writes tool results as tbx does, prefix-preserving."""
+    import inspect
+
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, parse_response
+
+    from examples.trl_grpo import tokenizer_with_tools
+    from tbx.messages import Message, ToolCall
+    from tbx.policies.hf_model import load_tokenizer, model_directory
+    from tbx.policies.prompting import build_chat, demonstrations_for, render_prompt
+
+    tasks, _ = sample
+    directory = str(model_directory(tasks.cfg.model)[0])
+    tokenizer = tokenizer_with_tools(directory, tool_format)
+    environment_class = tbx_trl.environment_factory(tasks)
+    environment = environment_class()
+    methods = [getattr(environment, name) for name, _ in inspect.getmembers(environment_class, inspect.isfunction)
+               if not name.startswith("_") and name != "reset"]  # the tools TRL gives the template
+    row = tbx_trl.rows(tasks, few_shot=True, tool_format=tool_format)[0]
+    opening = environment.reset(**row)
+    call = ToolCall("verify_identity", {"employee_id": 7})
+    rollout = [{"role": "user", "content": opening},
+               {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
+                   "name": call.name, "arguments": call.arguments}}]},
+               {"role": "tool", "name": call.name, "content": "Error: no employee 7"}]
+    trl_text = tokenizer.apply_chat_template(row["prompt"][:-1] + rollout, tools=methods, tokenize=False,
+                                             add_generation_prompt=True)
+    task, schemas = tasks.task(row["task_id"]), tbx_trl.tool_schemas(tasks, row["task_id"])
+    messages = [Message("system", task.policy), Message("user", opening), Message("assistant", "", (call,)),
+                Message("tool", "Error: no employee 7", is_error=True)]
+    chat = build_chat(messages, [*schemas, tbx_trl._REPLY_SCHEMA], demonstrations_for(schemas), tool_format=tool_format)
+    assert trl_text == render_prompt(load_tokenizer(directory), chat)
+    assert "reply_to_user" in row["prompt"][0]["content"] and "# Tools" not in trl_text  # TRL's own list left out
+    assert is_chat_template_prefix_preserving(tokenizer)
+    written = '<tool_call>\n{"name": "verify_identity", "arguments": {"employee_id": 7}}\n</tool_call><|im_end|>'
+    prefix = tokenizer.encode("<|im_start|>assistant\n")
+    (parsed,) = parse_response(tokenizer, tokenizer.encode(written), prefix=prefix)["tool_calls"]
+    assert parsed["function"] == {"name": "verify_identity", "arguments": {"employee_id": 7}}
+
+
 def test_several_domains_give_a_factory_per_domain_and_rows_that_name_it(tmp_path):
     with tbx_trl.load(*overrides(tmp_path), "tasks=sample") as tasks:
         factories = tbx_trl.environment_factory(tasks)
