@@ -186,8 +186,8 @@ def check_view(cfg: Config) -> None:
 
 def check_bands(cfg: Config) -> None:
     """Band edges sorted from 0 to 1, one name per band, and every pool range end on an edge."""
-    from tbx.difficulty import validate_band_names, validate_edges
-    from tbx.pool import PoolStrategy, kept_bands
+    from tbx.stats.difficulty import validate_band_names, validate_edges
+    from tbx.stats.pool import PoolStrategy, kept_bands
 
     try:
         edges = validate_edges(cfg.difficulty.edges)

@@ -23,7 +23,7 @@ HEAVY = ("mcp", "sqlalchemy", "torch", "transformers", "hydra", "omegaconf")
 
 
 def test_the_pure_core_loads_no_framework():
-    code = ("import sys, tbx.metrics, tbx.difficulty, tbx.pool, tbx.records\n"
+    code = ("import sys, tbx.stats.metrics, tbx.stats.difficulty, tbx.stats.pool, tbx.records\n"
             f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]", f"the pure core imported {loaded.strip()}"
