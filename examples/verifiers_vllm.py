@@ -58,7 +58,7 @@ def evaluate(overrides: list[str], vf_flags: list[str]) -> dict:
     from tbx.policies.vllm import serve
     from tbx.runs import resolve_run_dir
     from tbx.store.results import read_records
-    from tbx.vllm_server import stop_shared
+    from tbx.vllm.server import stop_shared
 
     cfg = compose("verifiers", overrides)
     run_dir = resolve_run_dir(cfg).resolve()

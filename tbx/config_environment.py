@@ -108,7 +108,7 @@ def _check_engine(cfg: Config, stage: Stage) -> None:
     check_turn_timeout(cfg, cfg.model.endpoint)
     if cfg.model.endpoint.base_url:
         return
-    from tbx.vllm_spec import vllm_python
+    from tbx.vllm.spec import vllm_python
 
     try:
         vllm_python(cfg.model.server)

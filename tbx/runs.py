@@ -75,7 +75,7 @@ def content_digest(path: str | None) -> str | None:
     if not target.exists():
         return "missing"
     if target.is_dir() and (any(target.glob("*.safetensors")) or any(target.glob("*.bin"))):
-        from tbx.vllm_weights import weights_fingerprint
+        from tbx.vllm.weights import weights_fingerprint
 
         return weights_fingerprint(target)  # model weights: reading every byte of 70B would take minutes
     store = target / "results.sqlite" if target.is_dir() else target

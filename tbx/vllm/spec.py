@@ -1,6 +1,6 @@
 """What a vLLM server is started with: the spec, the interpreter, the command line (pure, apart from
 reading the model's config.json and the environment). The flags and why each is there are in
-tbx/vllm_server.py's docstring and docs/models.md."""
+tbx/vllm/server.py's docstring and docs/models.md."""
 
 from __future__ import annotations
 
