@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from tbx.config import Config, EndpointConfig
 from tbx.config_values import check_turn_timeout, fail, value_of
-from tbx.durable import check_folder_path
 from tbx.errors import ConfigError, InputError
+from tbx.process.durable import check_folder_path
 from tbx.traits import traits_of
 
 if TYPE_CHECKING:

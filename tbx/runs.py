@@ -37,8 +37,8 @@ from typing import Any
 import yaml
 
 from tbx.config import Config, plain
-from tbx.durable import write_text
 from tbx.errors import ConfigError, InputError
+from tbx.process.durable import write_text
 from tbx.tasks.model import hash_json
 from tbx.tau2 import VERSION as TAU2_VERSION
 from tbx.tau2 import is_tau2

@@ -34,8 +34,8 @@ from tbx.campaign.workers import map_shares, share_processes
 from tbx.catalog import TaskRuntime, prepare_task, source_hash, template_key, template_rows
 from tbx.config import Config
 from tbx.domains import get_domain
-from tbx.durable import write_text
-from tbx.owner import Owner, this_process
+from tbx.process.durable import write_text
+from tbx.process.owner import Owner, this_process
 from tbx.tasks.model import ExpectedChange, Task
 from tbx.tau2 import is_tau2
 

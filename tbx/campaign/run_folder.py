@@ -22,9 +22,9 @@ from tbx.campaign.prepare import prepare_all, write_runtimes
 from tbx.campaign.workers import check_workers
 from tbx.catalog import TaskRuntime, resolve_tasks
 from tbx.config import Config
-from tbx.durable import write_text
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.faults import validate_faults
+from tbx.process.durable import write_text
 from tbx.records import StoredTry
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink

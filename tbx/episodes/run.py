@@ -7,7 +7,7 @@ agent's own turn causes (`AgentFault`: a context overflow, a request of its mess
 refuses, a provider's filter, a turn past `turn_timeout_s`) ends the conversation like the turn limit
 and the state is graded; what the harness, the network or a server causes is an error outcome, never
 a failure. Every wait is bounded by the caller's `EpisodeLimits` (tbx/episodes/limits.py), the whole
-conversation included; blocking database work runs off the event loop (`tbx.waits`).
+conversation included; blocking database work runs off the event loop (`tbx.process.waits`).
 An agent may also leave (`AgentLeft`: a served agent's session ended before the user ended the
 conversation): the state it left is graded for the record, and the outcome is `abandoned`.
 """
@@ -28,10 +28,10 @@ from tbx.faults import EpisodeFaults
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
+from tbx.process.waits import bounded, off_loop
 from tbx.records import EpisodeResult, Grade, Outcome
 from tbx.tools.mcp_server import InfraLog, ToolSessions, build_server, open_tool_session
 from tbx.users.base import UserSimulator
-from tbx.waits import bounded, off_loop
 
 
 class _Transcript:

@@ -38,11 +38,11 @@ from submitit.helpers import Checkpointable
 from submitit.local.debug import DebugJob
 
 from tbx.config import Config
-from tbx.durable import is_disk_error, unwritable
 from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
-from tbx.preemption import call_preemptible
+from tbx.process.durable import is_disk_error, unwritable
+from tbx.process.preemption import call_preemptible
 from tbx.stage_results import StageResult
 from tbx.stages.registry import stage_of
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tbx.durable import write_text
+from tbx.process.durable import write_text
 from tbx.report.data import Comparison, RunData, RunStats, compare_runs, compute_stats
 from tbx.report.figures import attempt_grid_figure, curves_figure, domain_heatmap_figure, pick_changed_tasks
 from tbx.report.tables import Table, before_after_table, cost_table, pct, side_by_side_table

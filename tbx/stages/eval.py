@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tbx.campaign import open_run, run_campaign, write_summary
 from tbx.config import Config
-from tbx.preemption import run_loop
+from tbx.process.preemption import run_loop
 from tbx.stage_results import EvalResult
 
 

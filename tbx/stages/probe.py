@@ -19,9 +19,9 @@ from tbx.campaign.components import build_backend
 from tbx.campaign.workers import check_workers
 from tbx.catalog import resolve_tasks
 from tbx.config import Config
-from tbx.durable import write_text
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
-from tbx.preemption import run_loop
+from tbx.process.durable import write_text
+from tbx.process.preemption import run_loop
 from tbx.records import Outcome
 from tbx.runs import resolve_run_dir, run_identity, save_run_meta
 from tbx.sinks import stage_sink

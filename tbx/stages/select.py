@@ -18,9 +18,9 @@ from pathlib import Path
 import yaml
 
 from tbx.config import Config, plain
-from tbx.durable import write_text
 from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
+from tbx.process.durable import write_text
 from tbx.records import Outcome, PoolManifest, PoolTask, StoredTry
 from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.sinks import stage_sink

@@ -26,7 +26,7 @@ from tbx.config import Config
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import ConfigError
 from tbx.faults import validate_faults
-from tbx.preemption import run_loop
+from tbx.process.preemption import run_loop
 from tbx.records import EpisodeResult
 from tbx.runs import record_engine
 from tbx.serve.campaign import Campaign, Seat, View

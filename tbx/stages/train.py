@@ -33,12 +33,12 @@ from tbx.campaign.components import build_backend, build_judge, build_user, epis
 from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
-from tbx.durable import publish_folder, write_text
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
 from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
-from tbx.preemption import run_loop
+from tbx.process.durable import publish_folder, write_text
+from tbx.process.preemption import run_loop
 from tbx.records import PoolManifest, TrainState
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages

@@ -34,9 +34,9 @@ from sqlalchemy import Engine
 
 from tbx.errors import InfraError
 from tbx.messages import Message, ToolCall, ToolSchema
+from tbx.process.waits import off_loop
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
-from tbx.waits import off_loop
 
 # The SDK logs every refused argument and tool error at INFO/ERROR with a rich traceback; for the
 # harness these are normal agent mistakes, reported to the agent and counted by the episode.

@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from tbx.config import Config
-from tbx.durable import publish_folder
 from tbx.errors import EXIT_NO_UPDATE, ConfigError, InfraError
 from tbx.launch.ray_cluster import die_with_parent
+from tbx.process.durable import publish_folder
 from tbx.records import PoolManifest
 from tbx.stage_results import VerlTrainResult
 from tbx.store import ResultStore

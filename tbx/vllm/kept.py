@@ -38,8 +38,8 @@ from typing import IO, Any
 
 import httpx
 
-from tbx.durable import write_text
-from tbx.owner import Owner, process_owner
+from tbx.process.durable import write_text
+from tbx.process.owner import Owner, process_owner
 from tbx.vllm.spec import ServeSpec
 
 HEALTH_TIMEOUT_S = 5.0

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
-from tbx.owner import host_tag
 from tbx.policies.vllm import folder_version, serve
+from tbx.process.owner import host_tag
 from tbx.vllm.kept import KeptRecord, keep, read_record, record_path, records, stop, take
 from tbx.vllm.server import VLLMServer, stop_shared
 from tbx.vllm.spec import spec_for
