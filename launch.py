@@ -125,7 +125,7 @@ def main(dict_cfg: DictConfig) -> None:
             check_config(cfg)
         plan = plan_for(cfg)
         if cfg.show:
-            from tbx.runs import identity_settings, run_name
+            from tbx.runs.identity import identity_settings, run_name
             from tbx.stages.registry import stage_of
 
             try:

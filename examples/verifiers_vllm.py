@@ -56,7 +56,7 @@ def evaluate(overrides: list[str], vf_flags: list[str]) -> dict:
     """Serve the model, run vf-eval against it, stop the server; what ran and what each side recorded."""
     from tbx.envs.episodes import compose
     from tbx.policies.vllm import serve
-    from tbx.runs import resolve_run_dir
+    from tbx.runs.identity import resolve_run_dir
     from tbx.store.results import read_records
     from tbx.vllm.server import stop_shared
 

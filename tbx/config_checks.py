@@ -40,7 +40,7 @@ from tbx.config import Config
 from tbx.config_values import CONFIG
 from tbx.errors import ConfigError
 
-_SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.sinks redacts for W&B
+_SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.runs.sinks redacts for W&B
 _IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)", re.S)
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _OBJECT_TYPE = re.compile(r"object_type=(\w+)")

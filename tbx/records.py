@@ -20,7 +20,7 @@ from tbx.messages import Message, Usage
 
 # Canonical database state (tbx/backend/state.py makes it): {table: {"pk": [column, ...], "rows": [{column:
 # value}, ...]}}, plain JSON, so it is stored with each episode and graded again without the database.
-# tbx/backend/state.py spells the same alias itself: its source is part of the grader hash (tbx.runs), so
+# tbx/backend/state.py spells the same alias itself: its source is part of the grader hash (tbx.runs.identity), so
 # importing it from here would give every run a new identity.
 State = dict[str, dict[str, Any]]
 

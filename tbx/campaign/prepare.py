@@ -58,7 +58,7 @@ class PreparedCache:
 
     def key(self, task: Task) -> str:
         if task.domain not in self._code:
-            from tbx.runs import code_versions
+            from tbx.runs.identity import code_versions
 
             versions = code_versions({task.domain})
             self._code[task.domain] = f"{versions['grader']}|{versions[task.domain]}|{source_hash(catalog)}"

@@ -1,6 +1,6 @@
 """Field metadata of the config schema: what counts toward a run's identity, which settings are paths."""
 
-# Run identity (tbx/runs.py): every field counts toward the hash that names a run, unless its metadata
+# Run identity (tbx/runs/identity.py): every field counts toward the hash that names a run, unless its metadata
 # says otherwise, so a new setting starts a new run until it is marked as not changing results.
 NOT_IDENTITY = {"identity": False}  # paths, logging, concurrency, waits and retries: never change a verdict
 CONTENT = {"identity": "content"}  # a path: the content of what it names counts, not the path itself

@@ -41,7 +41,7 @@ from tbx.config_environment import check_config
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import AgentFault
 from tbx.records import EpisodeResult
-from tbx.runs import record_engine
+from tbx.runs.identity import record_engine
 from tbx.serve.episode import Reply, ServedEpisode
 from tbx.tasks.model import Task
 from tbx.tools.declare import ToolSpec

@@ -11,7 +11,7 @@ from __future__ import annotations
 from tbx.campaign import open_run, run_campaign, write_summary
 from tbx.config import Config
 from tbx.process.preemption import run_loop
-from tbx.stage_results import EvalResult
+from tbx.runs.results import EvalResult
 
 
 def run_eval(cfg: Config) -> EvalResult:

@@ -23,9 +23,9 @@ from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.process.durable import write_text
 from tbx.process.preemption import run_loop
 from tbx.records import Outcome
-from tbx.runs import resolve_run_dir, run_identity, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import ProbedTask, ProbeResult
+from tbx.runs.identity import resolve_run_dir, run_identity, save_run_meta
+from tbx.runs.results import ProbedTask, ProbeResult
+from tbx.runs.sinks import stage_sink
 from tbx.stats.adaptive import StoppingRule, should_stop
 from tbx.stats.difficulty import describe
 from tbx.stats.pool import PoolStrategy, full_param_strategy, lora_strategy

@@ -1,5 +1,5 @@
 """Every stage, declared once: its run function and the record it returns, the config groups it uses, what it
-plays and loads, whether it shards, and the checks of its settings. The run's identity (`tbx/runs.py`), the config checks
+plays and loads, whether it shards, and the checks of its settings. The run's identity (`tbx/runs/identity.py`), the config checks
 (`tbx/config_values.py`, `tbx/config_environment.py`), the job plan (`tbx/launch/`) and dispatch all read a stage's
 facts from here, so adding a stage is its module, one entry below and its option file `conf/stage/<name>.yaml`.
 (torchtune keeps one record per recipe the same way, `_recipe_registry.py`.)
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from tbx import config_environment as env
 from tbx import config_values as values
 from tbx.errors import ConfigError
-from tbx.stage_results import (
+from tbx.runs.results import (
     EvalResult,
     Finished,
     PipelineResult,
@@ -57,7 +57,7 @@ class Stage:
     run_folder: bool = False  # it writes a run folder of its own (`out_root/<run name>`, or `run_dir=`)
     checks: tuple[Check, ...] = ()  # pure checks of its values, run when the typed config is built
     environment_checks: tuple[Check, ...] = ()  # checks that read the environment, run by check_config
-    result: type = Finished  # the frozen record `run` returns (tbx/stage_results.py), with its `exit_code`
+    result: type = Finished  # the frozen record `run` returns (tbx/runs/results.py), with its `exit_code`
 
     def __post_init__(self) -> None:
         if "exit_code" not in {f.name for f in fields(self.result)}:

@@ -22,9 +22,9 @@ from tbx.errors import ConfigError
 from tbx.plots.bands import plot_band_histogram
 from tbx.process.durable import write_text
 from tbx.records import Outcome, PoolManifest, PoolTask, StoredTry
-from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import PoolSelection
+from tbx.runs.identity import read_run_meta, resolve_run_dir, save_run_meta
+from tbx.runs.results import PoolSelection
+from tbx.runs.sinks import stage_sink
 from tbx.stats.difficulty import describe, validate_band_names, validate_edges
 from tbx.stats.pool import PoolStrategy, select_pool
 from tbx.store.results import read_records

@@ -28,10 +28,10 @@ from tbx.errors import ConfigError
 from tbx.faults import validate_faults
 from tbx.process.preemption import run_loop
 from tbx.records import EpisodeResult
-from tbx.runs import record_engine
+from tbx.runs.identity import record_engine
+from tbx.runs.results import EvalResult
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
-from tbx.stage_results import EvalResult
 from tbx.store import ResultStore
 from tbx.store.claims import Claim, ClaimLost
 

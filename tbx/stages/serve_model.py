@@ -16,7 +16,7 @@ import sys
 
 from tbx.config import Config
 from tbx.errors import ConfigError
-from tbx.stage_results import ServeModelResult
+from tbx.runs.results import ServeModelResult
 from tbx.vllm.kept import flags_hash, keep, read_record, record_path, records, stop
 
 

@@ -44,9 +44,9 @@ from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, UpdateResult, grpo_update
 from tbx.rl.sampler import GroupSampler, StepBatch
-from tbx.runs import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import NativeTrainResult, TrainResult, VerlTrainResult
+from tbx.runs.identity import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
+from tbx.runs.results import NativeTrainResult, TrainResult, VerlTrainResult
+from tbx.runs.sinks import stage_sink
 from tbx.store import open_store
 from tbx.store.training import as_training_attempt, first_attempt_of
 

@@ -35,7 +35,7 @@ from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.process.durable import write_text
 from tbx.process.preemption import run_loop
-from tbx.stage_results import FamilyGate, Rejection, ValidateResult
+from tbx.runs.results import FamilyGate, Rejection, ValidateResult
 from tbx.tasks.model import Step
 from tbx.tau2 import is_tau2
 from tbx.users.scripted import ScriptedUser

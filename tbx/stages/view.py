@@ -21,7 +21,7 @@ from pathlib import Path
 from tbx.config import Config
 from tbx.errors import ConfigError
 from tbx.process.preemption import run_loop
-from tbx.stage_results import ViewResult
+from tbx.runs.results import ViewResult
 from tbx.view.store import load_runs
 
 

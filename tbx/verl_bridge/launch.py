@@ -47,7 +47,7 @@ from tbx.errors import EXIT_NO_UPDATE, ConfigError, InfraError
 from tbx.launch.ray_cluster import die_with_parent
 from tbx.process.durable import publish_folder
 from tbx.records import PoolManifest
-from tbx.stage_results import VerlTrainResult
+from tbx.runs.results import VerlTrainResult
 from tbx.store import ResultStore
 from tbx.store.training import first_attempt_of
 from tbx.verl_bridge.cpu import cpu_environment

@@ -16,15 +16,15 @@ import pytest
 from tbx.config import Config
 from tbx.config_environment import check_config
 from tbx.errors import ConfigError
-from tbx.runs import identity_settings, run_identity
-from tbx.stage_results import RegradeMismatch
+from tbx.runs.identity import identity_settings, run_identity
+from tbx.runs.results import RegradeMismatch
 from tbx.stages.registry import STAGES, Stage, stage_named, stage_table
 from tests.stages.test_eval_regrade import make_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_MODULE = '''"""stage=toy: says which seed it was given."""
 
-from tbx.stage_results import Finished
+from tbx.runs.results import Finished
 
 
 def run_toy(cfg):

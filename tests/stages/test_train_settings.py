@@ -14,7 +14,7 @@ import tbx.stages.train
 from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
-from tbx.runs import run_name
+from tbx.runs.identity import run_name
 from tests.launch import compose_cfg
 from tests.stages.test_eval_regrade import make_cfg
 

@@ -119,7 +119,7 @@ CODE_PARTS = {
 # rows.py: the row reads and writes a domain's tools share, where tools.py would be long (consulting); a
 # domain's task_parts.py needs no entry, since the content of every task it helps generate counts
 DOMAIN_PARTS = ("schema.py", "seed.py", "tools.py", "rows.py", "policy.md")
-PACKAGE = Path(__file__).parent
+PACKAGE = Path(__file__).parents[1]  # tbx/
 
 
 def files_hash(paths: list[Path]) -> str:
