@@ -106,7 +106,7 @@ def vllm_python(server: ServerConfig) -> str:
                 raise ConfigError("config", "model.server.python", f"{candidate} (from {source}) does not exist",
                                   "give the python of a venv with vLLM installed")
             return candidate
-    checkout = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+    checkout = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
     if checkout.is_file():
         return str(checkout)
     import importlib.util
