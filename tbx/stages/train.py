@@ -59,7 +59,7 @@ def load_manifest(path: str | None) -> PoolManifest:
 
 
 def validate_train(cfg: Config) -> None:
-    """What the native trainer needs beyond the values the schema checks (tbx/config_values.py)."""
+    """What the native trainer needs beyond the values the schema checks (tbx/config/values.py)."""
     if cfg.model.kind != "vllm":
         raise ConfigError("conf/model", "model.kind", f"is {cfg.model.kind}: the native trainer updates a model "
                           "whose weights it can send to its rollout server", "use a model with kind: vllm")

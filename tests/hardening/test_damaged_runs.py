@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tbx.config_checks import composition_error
+from tbx.config.checks import composition_error
 from tbx.errors import ConfigError, TaskFormatError
 from tbx.process.durable import check_writable
 from tbx.tasks.loader import load_task

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from tbx.config import Config
-from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.runs.identity import identity_settings, run_identity
 from tbx.runs.results import RegradeMismatch
+from tbx.stages.environment import check_config
 from tbx.stages.registry import STAGES, Stage, stage_named, stage_table
 from tests.stages.test_eval_regrade import make_cfg
 
