@@ -22,8 +22,8 @@ from tbx.campaign.prepare import prepare_all, write_runtimes
 from tbx.campaign.workers import check_workers
 from tbx.catalog import TaskRuntime, resolve_tasks
 from tbx.config import Config
+from tbx.episodes.faults import validate_faults
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
-from tbx.faults import validate_faults
 from tbx.process.durable import write_text
 from tbx.records import StoredTry
 from tbx.runs.identity import resolve_run_dir, run_identity, save_run_meta

@@ -21,10 +21,10 @@ from typing import Any
 
 from tbx.backend import Backend, State
 from tbx.config import FaultsConfig
+from tbx.episodes.faults import EpisodeFaults
 from tbx.episodes.limits import EpisodeLimits
 from tbx.episodes.state import EpisodeState, Runtime
 from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
-from tbx.faults import EpisodeFaults
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
@@ -204,7 +204,7 @@ async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_s
     """Play one attempt of a task within `limits`: `call_timeout_s` bounds each tool call, DB connection,
     clone, state dump, user reply and judge call, `turn_timeout_s` each turn of the agent,
     `episode_timeout_s` the conversation (the tool session and every turn); `faults` injects failures and
-    hangs (`tbx.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
+    hangs (`tbx.episodes.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
     its `seed` and passes another `fault_seed`); `sessions`: MCP sessions kept across a campaign's
     episodes, bound to this episode's database (None: a server and session of its own)."""
     task = runtime.task

@@ -24,8 +24,8 @@ from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.episodes import episode_limits, run_episode
+from tbx.episodes.faults import validate_faults
 from tbx.errors import ConfigError
-from tbx.faults import validate_faults
 from tbx.process.preemption import run_loop
 from tbx.records import EpisodeResult
 from tbx.runs.identity import record_engine

@@ -64,7 +64,7 @@ class _PassedThrough(ArgModelBase):
 _PASS_THROUGH = FuncMetadata(arg_model=_PassedThrough)
 
 
-Gate = Callable[[str], Awaitable[None]]  # runs before a tool's body (injected faults, tbx.faults); may raise InfraError
+Gate = Callable[[str], Awaitable[None]]  # runs before a tool's body (injected faults, tbx.episodes.faults); may raise InfraError
 
 
 @dataclass
