@@ -19,9 +19,9 @@ import yaml
 
 from tbx.config import Config, plain
 from tbx.errors import ConfigError
-from tbx.plots.bands import plot_band_histogram
 from tbx.process.durable import write_text
 from tbx.records import Outcome, PoolManifest, PoolTask, StoredTry
+from tbx.report.band_histogram import plot_band_histogram
 from tbx.runs.identity import read_run_meta, resolve_run_dir, save_run_meta
 from tbx.runs.results import PoolSelection
 from tbx.runs.sinks import stage_sink

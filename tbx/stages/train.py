@@ -9,7 +9,7 @@ its weights reach the running vLLM before the next step's rollouts (tbx/policies
 Checkpoints (weights, optimizer, sampler position, random generators) let a killed run resume
 where it stopped, the server's weights included; the trained model is saved as a Hugging Face
 folder for `stage=eval`. After each step `curves.png` in the run folder plots the step metrics
-(tbx/plots/training.py), W&B or not. On
+(tbx/report/training_curves.py), W&B or not. On
 clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/verl_bridge).
 """
 
@@ -35,11 +35,11 @@ from tbx.catalog import manifest_tasks
 from tbx.config import Config
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
-from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.process.durable import publish_folder, write_text
 from tbx.process.preemption import run_loop
 from tbx.records import PoolManifest, TrainState
+from tbx.report.training_curves import training_curves_figure
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, UpdateResult, grpo_update
