@@ -44,8 +44,8 @@ from typing import Any
 
 from tbx.config import Config
 from tbx.errors import EXIT_NO_UPDATE, ConfigError, InfraError
-from tbx.launch.ray_cluster import die_with_parent
 from tbx.process.durable import publish_folder
+from tbx.process.owner import die_with_parent
 from tbx.records import PoolManifest
 from tbx.runs.results import VerlTrainResult
 from tbx.store import ResultStore
