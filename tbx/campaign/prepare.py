@@ -31,9 +31,9 @@ from tbx import catalog
 from tbx.backend import Backend
 from tbx.campaign.components import build_backend
 from tbx.campaign.workers import map_shares, share_processes
-from tbx.catalog import TaskRuntime, prepare_task, source_hash, template_key, template_rows
+from tbx.catalog import TaskRuntime, prepare_task, template_key, template_rows
 from tbx.config import Config
-from tbx.domains import get_domain
+from tbx.domains import get_domain, source_hash
 from tbx.process.durable import write_text
 from tbx.process.owner import Owner, this_process
 from tbx.tasks.model import ExpectedChange, Task
