@@ -126,7 +126,7 @@ def main(dict_cfg: DictConfig) -> None:
         plan = plan_for(cfg)
         if cfg.show:
             from tbx.runs.identity import identity_settings, run_name
-            from tbx.stages.registry import stage_of
+            from tbx.runs.stages import stage_of
 
             try:
                 own = stage_of(cfg).run_folder

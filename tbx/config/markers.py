@@ -9,5 +9,5 @@ CONTENT = {"identity": "content"}  # a path: the content of what it names counts
 NOT_IDENTITY_PATH = {**NOT_IDENTITY, "path": True}
 CONTENT_PATH = {**CONTENT, "path": True}
 # A group that counts toward the identity of the stages that use it only: those whose entry in
-# tbx/stages/registry.py names it in `uses` (`grpo` for train and pipeline, not for eval).
+# tbx/runs/stages.py names it in `uses` (`grpo` for train and pipeline, not for eval).
 STAGE_GROUP = {"stage_group": True}

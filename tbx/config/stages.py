@@ -10,7 +10,7 @@ from tbx.config.markers import CONTENT_PATH, NOT_IDENTITY
 
 @dataclass
 class StageConfig:
-    name: str = "eval"  # a stage of tbx/stages/registry.py: eval, serve, serve_model, regrade, validate, probe, ...
+    name: str = "eval"  # a stage of tbx/runs/stages.py: eval, serve, serve_model, regrade, validate, probe, ...
 
 
 @dataclass

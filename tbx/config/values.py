@@ -4,7 +4,7 @@ stage sees it; enumerations are Enum fields of the schema and fail earlier still
 
 Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`):
 `check_values` runs the checks every stage shares, then the stage's own, listed by stage name in
-`STAGE_CHECKS` (the config sits below the stages, so it names them; tbx/stages/registry.py checks that each
+`STAGE_CHECKS` (the config sits below the stages, so it names them; tbx/runs/stages.py checks that each
 name is a stage, and refuses an unknown stage). Each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what
 needs the environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/stages/environment.py`'s,
 and so is the turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the
@@ -200,7 +200,7 @@ def check_bands(cfg: Config) -> None:
 
 
 _EPISODE_CHECKS = (check_episode_limits, check_episode_timeouts)
-# Each stage's own checks of the values it uses, by stage name (a stage of tbx/stages/registry.py, which checks
+# Each stage's own checks of the values it uses, by stage name (a stage of tbx/runs/stages.py, which checks
 # the names; a stage not named here has none): the config is below the stages, so it names them, never imports them.
 STAGE_CHECKS: dict[str, tuple] = {
     "eval": (check_eval_counts, *_EPISODE_CHECKS),

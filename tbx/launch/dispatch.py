@@ -44,7 +44,7 @@ from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
 from tbx.process.durable import is_disk_error, unwritable
 from tbx.process.preemption import call_preemptible
 from tbx.runs.results import StageResult
-from tbx.stages.registry import stage_of
+from tbx.runs.stages import stage_of
 
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "TIMEOUT", "GONE", "ENDED"}
@@ -62,7 +62,7 @@ def run_stage(cfg: Config) -> StageResult:
     result = stage.function()(cfg)
     if not isinstance(result, stage.result):
         raise TypeError(f"stage {stage.name} returned a {type(result).__name__}; its registry entry declares "
-                        f"{stage.result.__name__} (tbx/stages/registry.py)")
+                        f"{stage.result.__name__} (tbx/runs/stages.py)")
     return result
 
 

@@ -6,7 +6,7 @@ the same folder and resumes there, and a changed input never resumes an old run:
 - every config setting, derived from the schema (`tbx/config/`): a field counts unless its
   metadata marks it as not changing results (`NOT_IDENTITY`: paths, logging, concurrency, waits),
   and a group marked `STAGE_GROUP` counts only for the stages that use it (their `uses` in
-  tbx/stages/registry.py), so a new field counts until someone decides otherwise;
+  tbx/runs/stages.py), so a new field counts until someone decides otherwise;
 - the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
   never the path itself; the runs a report compares by their identities (run.json), in order, so
   `runs=[a/,./b]` and `runs=[a,b]` are one report;
@@ -47,7 +47,7 @@ from tbx.tau2 import is_tau2
 def config_settings(value: Any, stage: str) -> Any:
     """The settings of `value` (a config dataclass) that count toward a `stage` run's identity: a field
     marked `STAGE_GROUP` counts only where the stage's registry entry names it in `uses`."""
-    from tbx.stages.registry import stage_named
+    from tbx.runs.stages import stage_named
 
     return _settings(value, stage_named(stage).uses)
 
@@ -94,7 +94,7 @@ def content_digest(path: str | None) -> str | None:
 def stage_tasks(cfg: Config) -> list:
     """The tasks a stage plays (before sharding): its task set, or for training the pool's."""
     from tbx.catalog import load_manifest, manifest_tasks, resolve_tasks
-    from tbx.stages.registry import stage_of
+    from tbx.runs.stages import stage_of
 
     stage = stage_of(cfg)
     if stage.tasks_from_pool:
@@ -214,7 +214,7 @@ def tasks_label(cfg: Config) -> str:
     """The task set a run's name shows: the `tasks` group's name, or for training the task set the pool
     was probed on (the pool manifest's), which `tasks=` does not choose."""
     from tbx.catalog import load_manifest
-    from tbx.stages.registry import stage_of
+    from tbx.runs.stages import stage_of
 
     if stage_of(cfg).tasks_from_pool:
         try:

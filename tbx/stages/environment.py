@@ -2,7 +2,7 @@
 (`check_config`): the endpoints the run will call (URL, model, the key's environment variable: its name, never
 its value), a W&B login for online logging, the served agent's or viewer's token variable, the task path and
 domains, a pool manifest's finetune, an installed vLLM. Each is checked only where the stage uses it (its
-registry entry, tbx/stages/registry.py), and each mistake is one `ConfigError` naming the file, the field and
+registry entry, tbx/runs/stages.py), and each mistake is one `ConfigError` naming the file, the field and
 the fix. The composition checks before it are tbx/config/checks.py's; the values a type cannot express,
 tbx/config/values.py's.
 
@@ -19,7 +19,7 @@ from tbx.config import Config, EndpointConfig
 from tbx.config.values import check_turn_timeout, fail, value_of
 from tbx.errors import ConfigError, InputError
 from tbx.process.durable import check_folder_path
-from tbx.stages.registry import Stage, stage_of
+from tbx.runs.stages import Stage, stage_of
 from tbx.traits import traits_of
 
 

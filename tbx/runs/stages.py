@@ -1,8 +1,10 @@
-"""Every stage, declared once: its run function and the record it returns, the config groups it uses, what it
-plays and loads, whether it shards, and the checks of its settings. The run's identity (`tbx/runs/identity.py`), the config checks
-(`tbx/config/values.py`, `tbx/stages/environment.py`), the job plan (`tbx/launch/`) and dispatch all read a stage's
-facts from here, so adding a stage is its module, one entry below and its option file `conf/stage/<name>.yaml`.
-(torchtune keeps one record per recipe the same way, `_recipe_registry.py`.)
+"""Every stage, declared once (the stage registry): its run function and the record it returns, the config
+groups it uses, what it plays and loads, whether it shards. The run's identity (`tbx/runs/identity.py`), the
+config checks (`tbx/config/values.py` STAGE_CHECKS, `tbx/stages/environment.py`), the job plan (`tbx/launch/`)
+and dispatch all read a stage's facts from here, so adding a stage is its module in tbx/stages/, one entry
+below and its option file `conf/stage/<name>.yaml` (and its value checks, if it has any, in STAGE_CHECKS).
+(torchtune keeps one record per recipe the same way, `_recipe_registry.py`.) It lives with the runs, below
+the stages' modules, since what a run is made of (its identity) is read from here.
 
 Light to import: a stage's module, and whatever it imports, is imported when the stage runs.
 """
