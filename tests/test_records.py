@@ -37,6 +37,14 @@ def test_the_schema_and_the_llm_wire_load_no_framework():
     assert loaded.strip() == "[]", f"imported {loaded.strip()}"
 
 
+
+def test_building_a_config_loads_no_framework():
+    """Config.__post_init__ checks the values (tbx/config/values.py): no server, store or tool framework for that."""
+    code = ("import sys\nfrom tbx.config import Config\nConfig()\n"
+            f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({(*HEAVY, 'uvicorn', 'starlette')!r})))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", f"imported {loaded.strip()}"
+
 def written_manifest() -> dict:
     """A manifest as stage=select writes it (keys in its order), hash included."""
     rows = [{"domain": "mock", "family": "transfer", "k": 3, "n": 4, "errors": 1, "id": "mock/transfer/5",

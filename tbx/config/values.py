@@ -19,12 +19,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from tbx.errors import ConfigError
-from tbx.process.listen import LOOPBACK
 
 if TYPE_CHECKING:
     from tbx.config import Config, EndpointConfig
 
 CONFIG = "conf/config.yaml"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # bind addresses that need no bearer token (serve, view)
 _AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it names the run folder
 
 

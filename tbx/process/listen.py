@@ -8,8 +8,6 @@ import uvicorn
 
 from tbx.errors import ConfigError
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")  # bind addresses that need no bearer token
-
 
 async def start_listening(config: uvicorn.Config, conf_file: str,
                           field: str) -> tuple[uvicorn.Server, asyncio.Task, str]:
