@@ -39,16 +39,16 @@ import yaml
 from tbx.config import Config, plain
 from tbx.errors import ConfigError, InputError
 from tbx.process.durable import write_text
+from tbx.runs.stages import stage_named, stage_of
 from tbx.tasks.model import hash_json
 from tbx.tau2 import VERSION as TAU2_VERSION
 from tbx.tau2 import is_tau2
+from tbx.traits import traits_of
 
 
 def config_settings(value: Any, stage: str) -> Any:
     """The settings of `value` (a config dataclass) that count toward a `stage` run's identity: a field
     marked `STAGE_GROUP` counts only where the stage's registry entry names it in `uses`."""
-    from tbx.runs.stages import stage_named
-
     return _settings(value, stage_named(stage).uses)
 
 
@@ -94,7 +94,6 @@ def content_digest(path: str | None) -> str | None:
 def stage_tasks(cfg: Config) -> list:
     """The tasks a stage plays (before sharding): its task set, or for training the pool's."""
     from tbx.catalog import load_manifest, manifest_tasks, resolve_tasks
-    from tbx.runs.stages import stage_of
 
     stage = stage_of(cfg)
     if stage.tasks_from_pool:
@@ -144,8 +143,6 @@ def code_versions(domains: set[str]) -> dict[str, str]:
 
 def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
     """Everything the run's hash covers. `tasks`: the stage's resolved task list (read here if None)."""
-    from tbx.traits import traits_of
-
     settings = config_settings(cfg, cfg.stage.name)
     if "runs" in settings:  # a report of the same runs is the same report, however their paths are written
         settings["runs"] = [stored_identity(path) for path in cfg.runs]
@@ -214,7 +211,6 @@ def tasks_label(cfg: Config) -> str:
     """The task set a run's name shows: the `tasks` group's name, or for training the task set the pool
     was probed on (the pool manifest's), which `tasks=` does not choose."""
     from tbx.catalog import load_manifest
-    from tbx.runs.stages import stage_of
 
     if stage_of(cfg).tasks_from_pool:
         try:
