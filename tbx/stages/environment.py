@@ -2,9 +2,9 @@
 (`check_config`): the endpoints the run will call (URL, model, the key's environment variable: its name, never
 its value), a W&B login for online logging, the served agent's or viewer's token variable, the task path and
 domains, a pool manifest's finetune, an installed vLLM. Each is checked only where the stage uses it (its
-registry entry, tbx/runs/stages.py), and each mistake is one `ConfigError` naming the file, the field and
-the fix. The composition checks before it are tbx/config/checks.py's; the values a type cannot express,
-tbx/config/values.py's.
+registry entry, tbx/runs/stages.py; a stage's own checks are listed by its name in `ENVIRONMENT_CHECKS`), and
+each mistake is one `ConfigError` naming the file, the field and the fix. The composition checks before it
+are tbx/config/checks.py's; the values a type cannot express, tbx/config/values.py's.
 
 Reads the environment only: does the task path exist, is the key's variable set, is there a W&B login.
 """
