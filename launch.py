@@ -28,11 +28,11 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
-from tbx.config_checks import check_composed, compose_config, config_object, sweep_jobs
-from tbx.config_environment import check_config
-from tbx.durable import check_writable
+from tbx.config.checks import check_composed, compose_config, config_object, sweep_jobs
 from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError, RunInterrupted
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
+from tbx.process.durable import check_writable
+from tbx.stages.environment import check_config
 
 register_configs()
 
@@ -125,8 +125,8 @@ def main(dict_cfg: DictConfig) -> None:
             check_config(cfg)
         plan = plan_for(cfg)
         if cfg.show:
-            from tbx.runs import identity_settings, run_name
-            from tbx.stages.registry import stage_of
+            from tbx.runs.identity import identity_settings, run_name
+            from tbx.runs.stages import stage_of
 
             try:
                 own = stage_of(cfg).run_folder

@@ -18,9 +18,9 @@ import time
 import numpy as np
 from scipy import optimize, special
 
-from tbx.adaptive import StoppingRule, simulate
-from tbx.difficulty import DEFAULT_EDGES, assign_band
-from tbx.pool import FULL_PARAM, LORA, kept_bands
+from tbx.stats.adaptive import StoppingRule, simulate
+from tbx.stats.difficulty import DEFAULT_EDGES, assign_band
+from tbx.stats.pool import FULL_PARAM, LORA, kept_bands
 
 N_MAX = 20
 MEAN, ALL_SOLVED = 0.52, 0.075  # reference base model: pass@1, share of tasks at 20/20

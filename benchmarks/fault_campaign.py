@@ -1,4 +1,4 @@
-"""Benchmark: an evaluation campaign with and without injected faults (`faults=chaos`, tbx/faults.py).
+"""Benchmark: an evaluation campaign with and without injected faults (`faults=chaos`, tbx/episodes/faults.py).
 
 For each campaign it prints attempts, tries, the faults injected per site, the error outcomes per
 type, re-runs, attempts left in error after `eval.max_error_retries`, pass@1 and wall time; then
@@ -31,7 +31,7 @@ from omegaconf import OmegaConf  # noqa: E402
 
 from tbx.config import register_configs  # noqa: E402
 from tbx.domains import get_domain  # noqa: E402
-from tbx.faults import SITES  # noqa: E402
+from tbx.episodes.faults import SITES  # noqa: E402
 from tbx.launch import run_stage  # noqa: E402
 from tbx.records import ERROR_OUTCOMES, Outcome  # noqa: E402
 from tbx.store.results import read_records  # noqa: E402

@@ -56,9 +56,9 @@ def evaluate(overrides: list[str], vf_flags: list[str]) -> dict:
     """Serve the model, run vf-eval against it, stop the server; what ran and what each side recorded."""
     from tbx.envs.episodes import compose
     from tbx.policies.vllm import serve
-    from tbx.runs import resolve_run_dir
+    from tbx.runs.identity import resolve_run_dir
     from tbx.store.results import read_records
-    from tbx.vllm_server import stop_shared
+    from tbx.vllm.server import stop_shared
 
     cfg = compose("verifiers", overrides)
     run_dir = resolve_run_dir(cfg).resolve()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build .venv-vllm: vLLM's CPU build, the engine that serves the embedded default model (SmolLM2)
-# exactly as vLLM's CUDA build serves models on a GPU cluster (tbx/vllm_server.py starts it), and
+# exactly as vLLM's CUDA build serves models on a GPU cluster (tbx/vllm/server.py starts it), and
 # verl 0.9.1's trainer on top of it (`stage=train grpo.trainer=verl` on a machine without GPUs).
 #
 # Why one venv for both: verl starts vLLM inside its own Ray workers, so its trainer and the engine

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -21,7 +20,7 @@ from sqlalchemy import Engine
 from tbx.backend import Backend, EpisodeDatabase, State, dump_state
 from tbx.backend.state import CHANGE_LOG, apply_delta, state_delta, state_hash
 from tbx.config import TasksConfig
-from tbx.domains import Domain, domain_names, get_domain
+from tbx.domains import Domain, domain_names, get_domain, source_hash
 from tbx.errors import ConfigError, InfraError, TaskFormatError
 from tbx.grading import derive_expected, diff_states, grade_state, same_changes
 from tbx.messages import Message
@@ -387,12 +386,3 @@ def prepare_task(task: Task, backend: Backend) -> TaskRuntime:
             raise TaskFormatError(task.source, "checks.expected", f"the reference solution fails its own checks: "
                                   f"{grade.explain()}", "fix the expected changes or the reference")
     return TaskRuntime(task, domain, template, initial, tuple(expected), volatile)
-
-
-def source_hash(*objects: object) -> str:
-    """Hash of the source code of modules/functions: versions tools and graders in results."""
-    digest = hashlib.sha256()
-    for obj in objects:
-        digest.update(inspect.getsource(obj).encode())
-    return digest.hexdigest()[:16]
-

@@ -2,7 +2,7 @@
 manifest, and where a training run stands.
 
 Dependency-free on purpose (the standard library, `tbx.errors` and `tbx.messages` only): the pure core
-(`tbx.metrics`, `tbx.difficulty`, `tbx.pool`) and the report read these records without loading MCP,
+(`tbx.stats.metrics`, `tbx.stats.difficulty`, `tbx.stats.pool`) and the report read these records without loading MCP,
 SQLAlchemy, torch, transformers or Hydra. tests/test_records.py holds that line.
 """
 
@@ -20,7 +20,7 @@ from tbx.messages import Message, Usage
 
 # Canonical database state (tbx/backend/state.py makes it): {table: {"pk": [column, ...], "rows": [{column:
 # value}, ...]}}, plain JSON, so it is stored with each episode and graded again without the database.
-# tbx/backend/state.py spells the same alias itself: its source is part of the grader hash (tbx.runs), so
+# tbx/backend/state.py spells the same alias itself: its source is part of the grader hash (tbx.runs.identity), so
 # importing it from here would give every run a new identity.
 State = dict[str, dict[str, Any]]
 
@@ -184,7 +184,7 @@ class StoredTry(EpisodeResult):
     cost and the stage that stored it. What the store's readers return."""
 
     try_index: int = 0  # 0 for the first try of an attempt
-    cost_usd: float = 0.0  # priced from the episode's usage (tbx.cost)
+    cost_usd: float = 0.0  # priced from the episode's usage (tbx.stats.cost)
     stage: str = ""  # eval, probe, train, serve
 
     @staticmethod
@@ -211,7 +211,7 @@ class StoredTry(EpisodeResult):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutcomeCounts:
-    """The final tries of one group of attempts (a run, a domain, a family) by outcome (tbx.metrics counts)."""
+    """The final tries of one group of attempts (a run, a domain, a family) by outcome (tbx.stats.metrics counts)."""
 
     n_tasks: int
     episodes: int  # attempts (their final tries)
@@ -236,7 +236,7 @@ class OutcomeSummary(OutcomeCounts):
 @dataclass(frozen=True, slots=True)
 class AttemptTally:
     """Where a run's asked attempts (tasks x attempts) stand, shown beside every metric so a result that shrank
-    says by how much: pass@1 is over `judged` only (tbx.metrics.attempt_tally counts)."""
+    says by how much: pass@1 is over `judged` only (tbx.stats.metrics.attempt_tally counts)."""
 
     asked: int
     judged: int  # reached a verdict: success, failure or abandoned

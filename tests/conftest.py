@@ -82,7 +82,7 @@ def _require_vllm() -> None:
     """vLLM tests run wherever set-up installed vLLM; they skip only where set-up was told to skip it."""
     from tbx.config import ServerConfig
     from tbx.errors import ConfigError
-    from tbx.vllm_spec import vllm_python
+    from tbx.vllm.spec import vllm_python
 
     try:
         vllm_python(ServerConfig())
@@ -104,12 +104,12 @@ def smollm2_directory() -> Path:
 @pytest.fixture(scope="session")
 def smollm2_vllm(smollm2_directory: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """vLLM serving the embedded SmolLM2 for this session (started once: about a minute on 2 cores), from
-    the serving copy production serves (tbx/vllm_weights.py). Tests that change its weights put the base
+    the serving copy production serves (tbx/vllm/weights.py). Tests that change its weights put the base
     weights back."""
     from tbx.config import ModelConfig
     from tbx.policies.hf_model import resolve_config_path
     from tbx.policies.vllm import folder_version
-    from tbx.vllm_weights import serving_folder
+    from tbx.vllm.weights import serving_folder
 
     _require_vllm()
     version = folder_version("smollm2_135m", smollm2_directory)

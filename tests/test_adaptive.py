@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tbx.adaptive import (
+from tbx.stats.adaptive import (
     StoppingRule,
     checkpoints,
     decision,
@@ -13,8 +13,8 @@ from tbx.adaptive import (
     should_stop,
     simulate,
 )
-from tbx.difficulty import DEFAULT_EDGES, assign_band
-from tbx.pool import FULL_PARAM, LORA, PoolStrategy, kept_bands
+from tbx.stats.difficulty import DEFAULT_EDGES, assign_band
+from tbx.stats.pool import FULL_PARAM, LORA, PoolStrategy, kept_bands
 
 # Two bands split at ½; the strategy keeps the upper one. Bands by hand:
 # (0,1) Beta(½,3/2) lower; (1,1) Beta(3/2,½) upper; (1,2) Beta(3/2,3/2) symmetric: a tie, so lower;

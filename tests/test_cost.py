@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tbx.cost import (
+from tbx.errors import InputError
+from tbx.messages import Usage
+from tbx.records import StoredTry
+from tbx.stats.cost import (
     CampaignCost,
     CostLine,
     Prices,
@@ -13,10 +16,7 @@ from tbx.cost import (
     parse_price_table,
     reliability_cost,
 )
-from tbx.errors import InputError
-from tbx.messages import Usage
-from tbx.metrics import outcomes_from_records, summarize
-from tbx.records import StoredTry
+from tbx.stats.metrics import outcomes_from_records, summarize
 from tests.store.records import stored
 from tests.test_metrics import reference_counts
 
@@ -120,7 +120,7 @@ def test_parse_price_table() -> None:
 
 def test_a_stored_runs_pricing_says_which_costs_are_not_known(tmp_path) -> None:
     from tbx.config import plain
-    from tbx.cost import run_pricing
+    from tbx.stats.cost import run_pricing
     from tests.stages.test_eval_regrade import make_cfg
 
     def pricing(*overrides: str):

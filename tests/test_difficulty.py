@@ -8,7 +8,8 @@ import math
 import pytest
 from scipy import integrate
 
-from tbx.difficulty import (
+from tbx.errors import ConfigError
+from tbx.stats.difficulty import (
     DEFAULT_BAND_NAMES,
     DEFAULT_EDGES,
     Difficulty,
@@ -20,7 +21,6 @@ from tbx.difficulty import (
     validate_band_names,
     validate_edges,
 )
-from tbx.errors import ConfigError
 
 
 def beta_pdf(x: float, a: float, b: float) -> float:

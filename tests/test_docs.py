@@ -50,7 +50,7 @@ def test_the_manual_vllm_command_in_models_md_is_the_one_tbx_runs():
     import yaml
 
     from tbx.config import ModelConfig, ServerConfig
-    from tbx.vllm_spec import ENTRY, ServeSpec, build_vllm_command, server_environment
+    from tbx.vllm.spec import ENTRY, ServeSpec, build_vllm_command, server_environment
 
     text = (ROOT / "docs" / "models.md").read_text()
     block = text.split("### A vLLM you start yourself", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]

@@ -1,4 +1,4 @@
-"""Run files are replaced whole or not at all, and synced to the disk (tbx/durable.py, tbx/rl/checkpoint.py).
+"""Run files are replaced whole or not at all, and synced to the disk (tbx/process/durable.py, tbx/rl/checkpoint.py).
 
 A write that fails half way (here: past a file-size limit set on the process, as a disk that fills) leaves
 the previous file byte for byte and no temporary file; a write that succeeds is flushed and its
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tbx.durable import check_writable, publish_folder, write_text
 from tbx.errors import ConfigError
+from tbx.process.durable import check_writable, publish_folder, write_text
 
 
 @contextmanager

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tbx.metrics import (
+from tbx.stats.metrics import (
     IncompleteInventoryError,
     bootstrap_ci,
     check_inventory,
@@ -245,7 +245,7 @@ def test_pass_curves() -> None:
 
 
 def test_abandoned_is_a_verdict_of_zero_with_its_own_count() -> None:
-    from tbx.metrics import format_summary, outcome_summary
+    from tbx.stats.metrics import format_summary, outcome_summary
 
     records = [stored("a", 0, "success"), stored("a", 1, "abandoned"), stored("b", 0, "failure"),
                stored("b", 1, "infra_error")]

@@ -16,10 +16,10 @@ import pytest
 
 from tbx.campaign.run_folder import headline as eval_headline
 from tbx.launch import run_stage
-from tbx.metrics import attempt_tally, outcome_summary
 from tbx.records import StoredTry
-from tbx.runs import read_run_meta
-from tbx.stage_results import EvalResult
+from tbx.runs.identity import read_run_meta
+from tbx.runs.results import EvalResult
+from tbx.stats.metrics import attempt_tally, outcome_summary
 from tbx.store import open_store
 from tbx.store.results import read_records
 from tbx.view.export import export_site

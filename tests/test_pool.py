@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from tbx.difficulty import DEFAULT_BAND_NAMES, DEFAULT_EDGES, describe
 from tbx.errors import ConfigError
-from tbx.plots.bands import plot_band_histogram
-from tbx.pool import (
+from tbx.report.band_histogram import plot_band_histogram
+from tbx.stats.difficulty import DEFAULT_BAND_NAMES, DEFAULT_EDGES, describe
+from tbx.stats.pool import (
     FULL_PARAM,
     LORA,
     PoolStrategy,

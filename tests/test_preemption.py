@@ -1,4 +1,4 @@
-"""The preemption signal inside a job waits for the stage's event loop to unwind (tbx.preemption).
+"""The preemption signal inside a job waits for the stage's event loop to unwind (tbx.process.preemption).
 
 A stand-in for submitit's handler records when it runs and exits as submitit's does
 (SystemExit 144); the signal is really sent to this process, from inside the event loop."""
@@ -10,7 +10,7 @@ import signal
 import anyio
 import pytest
 
-from tbx.preemption import call_preemptible, preemption_signal, run_loop
+from tbx.process.preemption import call_preemptible, preemption_signal, run_loop
 
 SIGNAL = preemption_signal()
 
@@ -145,4 +145,4 @@ def test_every_event_loop_in_tbx_starts_through_run_loop():
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "run"
                     and isinstance(node.func.value, ast.Name) and node.func.value.id == "asyncio"):
                 direct.append(f"{path.name}:{node.lineno}")
-    assert not direct, f"asyncio.run outside tbx/preemption.py (use run_loop): {direct}"
+    assert not direct, f"asyncio.run outside tbx/process/preemption.py (use run_loop): {direct}"

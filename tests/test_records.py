@@ -23,7 +23,7 @@ HEAVY = ("mcp", "sqlalchemy", "torch", "transformers", "hydra", "omegaconf")
 
 
 def test_the_pure_core_loads_no_framework():
-    code = ("import sys, tbx.metrics, tbx.difficulty, tbx.pool, tbx.records\n"
+    code = ("import sys, tbx.stats.metrics, tbx.stats.difficulty, tbx.stats.pool, tbx.records\n"
             f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({HEAVY!r})))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]", f"the pure core imported {loaded.strip()}"
@@ -36,6 +36,14 @@ def test_the_schema_and_the_llm_wire_load_no_framework():
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]", f"imported {loaded.strip()}"
 
+
+
+def test_building_a_config_loads_no_framework():
+    """Config.__post_init__ checks the values (tbx/config/values.py): no server, store or tool framework for that."""
+    code = ("import sys\nfrom tbx.config import Config\nConfig()\n"
+            f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({(*HEAVY, 'uvicorn', 'starlette')!r})))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]", f"imported {loaded.strip()}"
 
 def written_manifest() -> dict:
     """A manifest as stage=select writes it (keys in its order), hash included."""

@@ -1,5 +1,5 @@
 """Run identity covers the code and text that decide a verdict or what the agent or the user sees
-(tbx/runs.py CODE_PARTS): each part is edited in a copy of the project, and the same command there names
+(tbx/runs/identity.py CODE_PARTS): each part is edited in a copy of the project, and the same command there names
 another run than here, so it cannot resume this tree's verdicts.
 """
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tbx.runs import run_name
+from tbx.runs.identity import run_name
 from tests.launch import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,7 +20,7 @@ import sys
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 from tbx.config import register_configs
-from tbx.runs import run_name
+from tbx.runs.identity import run_name
 register_configs()
 with initialize_config_dir(sys.argv[1], version_base="1.3"):
     print(run_name(OmegaConf.to_object(compose("config", overrides=["logger=none", *sys.argv[2:]]))))

@@ -1,4 +1,4 @@
-"""Run identity from content (tbx/runs.py): an edited task or replay file, or a changed setting that
+"""Run identity from content (tbx/runs/identity.py): an edited task or replay file, or a changed setting that
 can change results, is a new run with a fresh verdict, never a silent resume of the old folder; what
 cannot change results (paths, concurrency, waits, logging) keeps the folder.
 """
@@ -13,7 +13,7 @@ import yaml
 from tbx.config import NOT_IDENTITY, Config, EndpointConfig
 from tbx.domains import get_domain
 from tbx.errors import ConfigError
-from tbx.runs import changed_settings, config_settings, run_identity
+from tbx.runs.identity import changed_settings, config_settings, run_identity
 from tests.launch import compose_cfg
 from tests.stages.test_eval_regrade import make_cfg, run
 
@@ -92,8 +92,7 @@ def test_a_new_field_counts_unless_marked():
 
 
 def test_the_code_that_grades_counts(monkeypatch):
-    from tbx import runs
-
+    from tbx.runs import identity as runs
     cfg = compose_cfg("stage=eval", "tasks=mock", "policy=oracle")
     before = run_identity(cfg)
     monkeypatch.setattr(runs, "code_versions", lambda domains: {"grader": "another grader"})

@@ -1,11 +1,11 @@
-"""stage=train's curves.png (tbx/plots/training.py): the six per-step panels from a GRPO history, with a
+"""stage=train's curves.png (tbx/report/training_curves.py): the six per-step panels from a GRPO history, with a
 gap where a step logged nothing (no update: no loss) or NaN (log-prob gap at a temperature other than 1)."""
 
 import math
 
 import pytest
 
-from tbx.plots.training import PANELS, _series, training_curves_figure
+from tbx.report.training_curves import PANELS, _series, training_curves_figure
 
 HISTORY = [
     {"train/step": 1, "train/reward_mean": 0.25, "train/pool_pass_at_1_so_far": 0.25,

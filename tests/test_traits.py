@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 from tbx.campaign.workers import MIN_ATTEMPTS_PER_WORKER, check_workers, plan_workers
-from tbx.config_environment import check_config
 from tbx.errors import ConfigError
-from tbx.runs import identity_settings, run_identity
+from tbx.runs.identity import identity_settings, run_identity
+from tbx.stages.environment import check_config
 from tests.stages.test_eval_regrade import make_cfg
 
 PACKAGE = "my_preference_agents"

@@ -11,7 +11,6 @@ from typing import Any
 from sqlalchemy import Engine, MetaData, insert
 
 from tbx.backend.state import install_change_log
-from tbx.errors import ConfigError
 
 
 @dataclass
@@ -59,19 +58,3 @@ def fill(engine: Engine, metadata: MetaData, rows: Mapping[str, Sequence[dict[st
             for _, run in groupby(rows.get(table.name) or (), key=lambda row: tuple(sorted(row))):
                 conn.execute(insert(table), [dict(r) for r in run])
     install_change_log(engine, metadata)  # after the seed rows: a fresh clone's log is empty
-
-
-def make_backend(kind: str, url: str | None, workdir: str, statement_timeout_s: float | None = None) -> Backend:
-    """The backend of `kind`; PostgreSQL statements are cut after `statement_timeout_s` (None: never)."""
-    if kind == "sqlite":
-        from tbx.backend.sqlite import SQLiteBackend
-
-        return SQLiteBackend(workdir)
-    if kind == "postgres":
-        if not url:
-            raise ConfigError("conf/backend/postgres.yaml", "backend.url", "is empty",
-                              "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
-        from tbx.backend.postgres import PostgresBackend
-
-        return PostgresBackend(url, statement_timeout_s)
-    raise ConfigError("conf/backend", "backend.kind", f"is {kind!r}", "use backend=sqlite or backend=postgres")

@@ -20,7 +20,7 @@ one connection, opened at its first call and closed when the episode database is
 per call cost ~2-6 ms); the grader's reader connects on its own. Every engine shares one dialect and
 compiled-statement cache (`tbx.backend.engines`).
 
-Episode and build databases carry their owner process in their names (`tbx.owner`); a new backend
+Episode and build databases carry their owner process in their names (`tbx.process.owner`); a new backend
 connects at once (an unreachable `backend.url` is a `ConfigError`, one line) and drops the ones of
 processes on this host that are gone, so killed runs leave no databases behind. Every connection
 has a connect timeout and `statement_timeout`, so a hung query ends on the server's side too.
@@ -43,7 +43,7 @@ from sqlalchemy.pool import NullPool, StaticPool
 from tbx.backend.base import Backend, EpisodeDatabase, fill
 from tbx.backend.engines import EngineMaker
 from tbx.errors import ConfigError, InfraError
-from tbx.owner import Owner, this_process
+from tbx.process.owner import Owner, this_process
 
 TEMPLATE_PREFIX = "tbx_tpl_"
 EPISODE_PREFIX = "tbx_ep_"

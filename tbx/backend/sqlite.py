@@ -4,7 +4,7 @@ Measured here (see README): a file copy of a ~100 KB template and a new engine c
 millisecond, cheaper than rebuilding the schema (tens of ms) and as cheap as the backup API into
 `:memory:`, while leaving a real file that the grader opens through its own connection.
 
-Each backend keeps its episode files in a folder named after its owner process (`tbx.owner`), and a
+Each backend keeps its episode files in a folder named after its owner process (`tbx.process.owner`), and a
 new backend removes the folders (and half-built templates) of processes on this host that are gone,
 so a killed run leaves nothing behind once anything starts again. Dropping an episode database
 interrupts what its connections still run (a hung tool call or dump whose wait was cut).
@@ -25,7 +25,7 @@ from sqlalchemy.pool import NullPool, StaticPool
 
 from tbx.backend.base import Backend, EpisodeDatabase, fill
 from tbx.backend.engines import EngineMaker
-from tbx.owner import Owner, this_process
+from tbx.process.owner import Owner, this_process
 
 # SQLite stores Numeric as REAL; money columns come back as Decimal through SQLAlchemy and the
 # canonical state normalises them, so the dialect's warning about it is noise here.

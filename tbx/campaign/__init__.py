@@ -21,7 +21,7 @@ from tbx.campaign.run_folder import OpenRun, open_run, validate_eval, write_summ
 from tbx.campaign.workers import plan_workers, run_in_workers
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
-from tbx.faults import validate_faults
+from tbx.episodes.faults import validate_faults
 from tbx.store import ResultStore
 
 __all__ = ["OpenRun", "episode_seed", "open_run", "prepare_all", "run_campaign", "validate_eval", "write_runtimes",

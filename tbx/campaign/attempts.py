@@ -26,7 +26,7 @@ from tbx.campaign.components import build_judge, build_policy, build_user, episo
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.episodes import episode_limits, run_episode
-from tbx.runs import record_engine
+from tbx.runs.identity import record_engine
 from tbx.store import ResultStore
 from tbx.store.claims import Claim, ClaimLost, describe_owner
 from tbx.tools.mcp_server import ToolSessions

@@ -31,11 +31,11 @@ from tbx import catalog
 from tbx.backend import Backend
 from tbx.campaign.components import build_backend
 from tbx.campaign.workers import map_shares, share_processes
-from tbx.catalog import TaskRuntime, prepare_task, source_hash, template_key, template_rows
+from tbx.catalog import TaskRuntime, prepare_task, template_key, template_rows
 from tbx.config import Config
-from tbx.domains import get_domain
-from tbx.durable import write_text
-from tbx.owner import Owner, this_process
+from tbx.domains import get_domain, source_hash
+from tbx.process.durable import write_text
+from tbx.process.owner import Owner, this_process
 from tbx.tasks.model import ExpectedChange, Task
 from tbx.tau2 import is_tau2
 
@@ -58,7 +58,7 @@ class PreparedCache:
 
     def key(self, task: Task) -> str:
         if task.domain not in self._code:
-            from tbx.runs import code_versions
+            from tbx.runs.identity import code_versions
 
             versions = code_versions({task.domain})
             self._code[task.domain] = f"{versions['grader']}|{versions[task.domain]}|{source_hash(catalog)}"

@@ -22,14 +22,14 @@ from tbx.campaign.prepare import prepare_all, write_runtimes
 from tbx.campaign.workers import check_workers
 from tbx.catalog import TaskRuntime, resolve_tasks
 from tbx.config import Config
-from tbx.durable import write_text
+from tbx.episodes.faults import validate_faults
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
-from tbx.faults import validate_faults
-from tbx.metrics import attempt_tally, format_summary, outcome_summary, outcomes_from_records, summarize
+from tbx.process.durable import write_text
 from tbx.records import StoredTry
-from tbx.runs import resolve_run_dir, run_identity, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import EvalResult
+from tbx.runs.identity import resolve_run_dir, run_identity, save_run_meta
+from tbx.runs.results import EvalResult
+from tbx.runs.sinks import stage_sink
+from tbx.stats.metrics import attempt_tally, format_summary, outcome_summary, outcomes_from_records, summarize
 from tbx.store import ResultStore, open_store
 from tbx.view import viewer_command
 

@@ -38,7 +38,7 @@ from tbx.campaign.components import build_backend
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.errors import ConfigError, InputError, RunInterrupted
-from tbx.preemption import preemption_signal, run_loop
+from tbx.process.preemption import preemption_signal, run_loop
 from tbx.store import ResultStore, open_store
 from tbx.traits import traits_of
 

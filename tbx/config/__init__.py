@@ -109,7 +109,7 @@ class Config:
     extra: dict[str, Any] = field(default_factory=dict, metadata=NOT_IDENTITY)
 
     def __post_init__(self) -> None:
-        from tbx.config_values import check_values, expand_paths
+        from tbx.config.values import check_values, expand_paths
 
         expand_paths(self)
         check_values(self)

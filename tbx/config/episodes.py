@@ -70,7 +70,7 @@ class EvalConfig:
 
 @dataclass
 class FaultsConfig:
-    """Injected faults (hardening, `tbx/faults.py`): a share of the calls at each site fails at once or
+    """Injected faults (hardening, `tbx/episodes/faults.py`): a share of the calls at each site fails at once or
     hangs until `eval.call_timeout_s`. Decided per call from (seed, episode seed, site, call index), so
     a campaign is reproducible. Off by default (conf/faults/none.yaml)."""
 

@@ -29,7 +29,7 @@ class EndpointConfig:
 
 @dataclass
 class ServerConfig:
-    """The vLLM server tbx starts for `model.kind: vllm` (tbx/vllm_server.py), on a laptop's CPU or a
+    """The vLLM server tbx starts for `model.kind: vllm` (tbx/vllm/server.py), on a laptop's CPU or a
     cluster's GPUs alike."""
 
     # Interpreter with vLLM installed. null: $TBX_VLLM_PYTHON, else the checkout's .venv-vllm (what
@@ -48,7 +48,7 @@ class ServerConfig:
     # more `vllm serve` flags, e.g. [--quantization, fp8]: they count toward a run's identity (they can
     # change what the model computes); the other fields of this group only change summation order
     extra_args: list[str] = field(default_factory=list)
-    # use a kept server (stage=serve_model, tbx/vllm_kept.py) started with the same flags, when one runs,
+    # use a kept server (stage=serve_model, tbx/vllm/kept.py) started with the same flags, when one runs,
     # instead of starting one for this command; false: always start one of its own
     attach_kept: bool = field(default=True, metadata=NOT_IDENTITY)
     # where stage=serve_model leaves each kept server's record (URL, pid, flags, weights) and log

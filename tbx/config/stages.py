@@ -10,7 +10,7 @@ from tbx.config.markers import CONTENT_PATH, NOT_IDENTITY
 
 @dataclass
 class StageConfig:
-    name: str = "eval"  # a stage of tbx/stages/registry.py: eval, serve, serve_model, regrade, validate, probe, ...
+    name: str = "eval"  # a stage of tbx/runs/stages.py: eval, serve, serve_model, regrade, validate, probe, ...
 
 
 @dataclass
@@ -47,7 +47,7 @@ class ServeConfig:
 
 @dataclass
 class ServeModelConfig:
-    """stage=serve_model: start the `model` group's vLLM once and keep it (tbx/vllm_kept.py, docs/models.md);
+    """stage=serve_model: start the `model` group's vLLM once and keep it (tbx/vllm/kept.py, docs/models.md);
     later commands whose server would be started with the same flags attach to it."""
 
     port: int = 0  # 0: any free port (the URL is printed and recorded)

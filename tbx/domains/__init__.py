@@ -8,7 +8,9 @@ No domain imports another.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,3 +86,12 @@ def get_domain(name: str) -> Domain:
         raise TaskFormatError("(task)", "domain", f"unknown domain {name!r}",
                               f"use one of {domain_names()} or add a folder tbx/domains/{name}/")
     return importlib.import_module(f"tbx.domains.{name}").DOMAIN
+
+
+def source_hash(*objects: object) -> str:
+    """Hash of the source code of modules/functions: versions a domain's tools and the grader in
+    the prepared-task cache and results."""
+    digest = hashlib.sha256()
+    for obj in objects:
+        digest.update(inspect.getsource(obj).encode())
+    return digest.hexdigest()[:16]

@@ -36,13 +36,13 @@ from typing import Any
 from tbx.campaign import episode_seed, open_run
 from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.config import Config, register_configs
-from tbx.config_checks import compose_config, config_object
-from tbx.config_environment import check_config
+from tbx.config.checks import compose_config, config_object
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import AgentFault
 from tbx.records import EpisodeResult
-from tbx.runs import record_engine
+from tbx.runs.identity import record_engine
 from tbx.serve.episode import Reply, ServedEpisode
+from tbx.stages.environment import check_config
 from tbx.tasks.model import Task
 from tbx.tools.declare import ToolSpec
 

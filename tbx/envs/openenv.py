@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tbx.envs.episodes import Episode, TaskSet
-from tbx.preemption import run_loop
+from tbx.process.preemption import run_loop
 from tbx.records import ERROR_OUTCOMES
 from tbx.serve.server import GET_USER_MESSAGE, REPLY_TO_USER, USER_TOOLS, domain_tools
 

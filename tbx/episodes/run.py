@@ -7,7 +7,7 @@ agent's own turn causes (`AgentFault`: a context overflow, a request of its mess
 refuses, a provider's filter, a turn past `turn_timeout_s`) ends the conversation like the turn limit
 and the state is graded; what the harness, the network or a server causes is an error outcome, never
 a failure. Every wait is bounded by the caller's `EpisodeLimits` (tbx/episodes/limits.py), the whole
-conversation included; blocking database work runs off the event loop (`tbx.waits`).
+conversation included; blocking database work runs off the event loop (`tbx.process.waits`).
 An agent may also leave (`AgentLeft`: a served agent's session ended before the user ended the
 conversation): the state it left is graded for the record, and the outcome is `abandoned`.
 """
@@ -21,17 +21,17 @@ from typing import Any
 
 from tbx.backend import Backend, State
 from tbx.config import FaultsConfig
+from tbx.episodes.faults import EpisodeFaults
 from tbx.episodes.limits import EpisodeLimits
 from tbx.episodes.state import EpisodeState, Runtime
 from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
-from tbx.faults import EpisodeFaults
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
+from tbx.process.waits import bounded, off_loop
 from tbx.records import EpisodeResult, Grade, Outcome
 from tbx.tools.mcp_server import InfraLog, ToolSessions, build_server, open_tool_session
 from tbx.users.base import UserSimulator
-from tbx.waits import bounded, off_loop
 
 
 class _Transcript:
@@ -204,7 +204,7 @@ async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_s
     """Play one attempt of a task within `limits`: `call_timeout_s` bounds each tool call, DB connection,
     clone, state dump, user reply and judge call, `turn_timeout_s` each turn of the agent,
     `episode_timeout_s` the conversation (the tool session and every turn); `faults` injects failures and
-    hangs (`tbx.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
+    hangs (`tbx.episodes.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
     its `seed` and passes another `fault_seed`); `sessions`: MCP sessions kept across a campaign's
     episodes, bound to this episode's database (None: a server and session of its own)."""
     task = runtime.task

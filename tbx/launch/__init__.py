@@ -6,7 +6,7 @@ from __future__ import annotations
 from tbx.config import Config
 from tbx.launch.dispatch import dispatch, run_stage
 from tbx.launch.plan import JobPlan, TrainBatch, make_plan
-from tbx.stages.registry import stage_of
+from tbx.runs.stages import stage_of
 
 __all__ = ["JobPlan", "TrainBatch", "dispatch", "make_plan", "plan_for", "run_stage"]
 

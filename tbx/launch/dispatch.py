@@ -38,13 +38,13 @@ from submitit.helpers import Checkpointable
 from submitit.local.debug import DebugJob
 
 from tbx.config import Config
-from tbx.durable import is_disk_error, unwritable
 from tbx.errors import ConfigError, InfraError, InputError
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
-from tbx.preemption import call_preemptible
-from tbx.stage_results import StageResult
-from tbx.stages.registry import stage_of
+from tbx.process.durable import is_disk_error, unwritable
+from tbx.process.preemption import call_preemptible
+from tbx.runs.results import StageResult
+from tbx.runs.stages import stage_of
 
 ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
          "PREEMPTED", "TIMEOUT", "GONE", "ENDED"}
@@ -62,7 +62,7 @@ def run_stage(cfg: Config) -> StageResult:
     result = stage.function()(cfg)
     if not isinstance(result, stage.result):
         raise TypeError(f"stage {stage.name} returned a {type(result).__name__}; its registry entry declares "
-                        f"{stage.result.__name__} (tbx/stages/registry.py)")
+                        f"{stage.result.__name__} (tbx/runs/stages.py)")
     return result
 
 
@@ -181,7 +181,7 @@ class Submission:
 
 def submit(cfg: Config, plan: JobPlan, job: Callable[[], Any] | None = None) -> Submission:
     """Queue the stage (or `job`, e.g. a test's RayJob) as `plan` says; return without waiting."""
-    from tbx.runs import run_name
+    from tbx.runs.identity import run_name
 
     executor = make_executor(cfg, plan, run_name(cfg))
     if job is None and plan.ray_nodes:
@@ -202,7 +202,7 @@ def submit(cfg: Config, plan: JobPlan, job: Callable[[], Any] | None = None) -> 
 def create_store(cfg: Config) -> None:
     """Create the run's results table before the shards start: jobs that all create it at once race
     (SQLite: "table attempts already exists", seen with 3 shards on one node)."""
-    from tbx.runs import resolve_run_dir, run_identity
+    from tbx.runs.identity import resolve_run_dir, run_identity
     from tbx.store import open_store
 
     open_store(cfg.store.url, resolve_run_dir(cfg), run_identity(cfg), cfg.stage.name).close()

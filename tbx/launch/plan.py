@@ -13,7 +13,7 @@ from typing import Any
 
 from tbx.config import Config, HardwareConfig, LauncherConfig
 from tbx.errors import ConfigError
-from tbx.stages.registry import STAGES, stage_of
+from tbx.runs.stages import STAGES, stage_of
 
 CONFIG = "conf/config.yaml"
 

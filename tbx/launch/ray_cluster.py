@@ -20,7 +20,6 @@ session lives in a temp folder of its own. This module imports ray only inside `
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import importlib.util
 import json
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tbx.errors import InfraError
+from tbx.process.owner import die_with_parent
 
 POLL_S = 0.5
 
@@ -185,17 +185,6 @@ def _wait_workers_stopped(spec: RaySpec, grace_s: float = 60.0) -> None:
     markers = [spec.rendezvous / f"stopped{rank}" for rank in range(1, spec.num_nodes)]
     while time.monotonic() < deadline and not all(m.exists() for m in markers):
         time.sleep(POLL_S)
-
-
-def die_with_parent() -> None:
-    """In the child before exec: SIGKILL when the job's process dies, even by SIGKILL (a cancelled
-    job; prctl PR_SET_PDEATHSIG, Linux). Ray's reaper, which `ray start --block` spawns, then kills
-    the daemons within about a second; a SIGTERM would first try to drain the node through a GCS
-    that may be gone (~30 s of time-outs, measured)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _start(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

@@ -6,7 +6,7 @@ ids and the version of the weights that sampled them; the trainer keeps the turn
 reach the running server through vLLM's own API (`sync_weights`):
 
 - full parameters: the module is saved as safetensors into `<run>/weights/step_N` (with its output
-  layer as a tensor of its own when it ties it to the embeddings: tbx/vllm_weights.py says why) and
+  layer as a tensor of its own when it ties it to the embeddings: tbx/vllm/weights.py says why) and
   reloaded in place (`reload_weights`), the prefix cache is dropped, and responses carry `<run>:step_N`;
 - LoRA (`pool=lora`): the adapter is saved into `<run>/weights/step_N` and loaded as a runtime
   adapter named `<model>-step_N`, which requests then name.
@@ -27,7 +27,7 @@ from tbx.config import Config
 from tbx.errors import InfraError
 from tbx.policies.base import Agent, EpisodeContext
 from tbx.policies.vllm import Served, Turn, VLLMAgent, VLLMPolicy, serve
-from tbx.vllm_weights import save_for_reload
+from tbx.vllm.weights import save_for_reload
 
 KEPT_WEIGHTS = 2  # weight folders kept under <run>/weights (the served one and the one before)
 

@@ -7,8 +7,8 @@ included), their log-probs and the version of the weights that sampled them. The
 here and read by the shared parser, so evaluation and training read tool calls the same way, and
 the trainer learns from exactly the tokens that were sampled (`VLLMAgent.trace`).
 
-The server is the process's shared one (`tbx.vllm_server.shared_server`: a kept server of the same
-flags when `stage=serve_model` left one, tbx/vllm_kept.py, else one this process starts), or the
+The server is the process's shared one (`tbx.vllm.server.shared_server`: a kept server of the same
+flags when `stage=serve_model` left one, tbx/vllm/kept.py, else one this process starts), or the
 running vLLM at `model.endpoint.base_url`. Before the first turn the policy makes sure the server
 answers with the configured weights, by their label (`<model>@<fingerprint>`): a server that answers
 with other weights of the same architecture (the base model after the trained one in a pipeline, a
@@ -36,9 +36,9 @@ from tbx.llm.parsing import CALL_CLOSE, parse_assistant_text
 from tbx.messages import AssistantTurn, Message, ToolSchema, Usage
 from tbx.policies.base import Agent, EpisodeContext, Policy, PolicySetup
 from tbx.policies.prompting import Demonstration, check_tool_format, demonstrations_for, fit_prompt
-from tbx.vllm_server import VLLMServer, shared_server
-from tbx.vllm_spec import spec_for
-from tbx.vllm_weights import serving_folder, weights_fingerprint
+from tbx.vllm.server import VLLMServer, shared_server
+from tbx.vllm.spec import spec_for
+from tbx.vllm.weights import serving_folder, weights_fingerprint
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")  # end a turn wherever the vocabulary has them
 GENERATE_PATH = "/inference/v1/generate"
@@ -190,7 +190,7 @@ def serve(model: ModelConfig, *, lora_rank: int = 0, seed: int = 0, directory: P
           tokenizer: Any = None) -> Served:
     """The model's folder served (started, reused or attached) with its own weights answering: what
     `VLLMPolicy` is built from. Tied-embedding models are served from their serving copy
-    (tbx/vllm_weights.py)."""
+    (tbx/vllm/weights.py)."""
     from tbx.policies.hf_model import load_tokenizer, model_directory, resolve_config_path
 
     directory = directory or model_directory(model)[0]

@@ -4,6 +4,10 @@
 plain data too, so a caller can log them (e.g. to W&B) without parsing Markdown. The first run is
 the base of every comparison. Runs must share k (attempts per task): pass@k and observed k/k at
 different k do not compare.
+
+Every figure of tbx is drawn here (matplotlib, a bare `Figure` on the Agg canvas, no pyplot state): the
+report's (`figures`), the probe's band histogram (`band_histogram`, stage=select) and a GRPO run's curves
+(`training_curves`, stage=train's curves.png).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tbx.durable import write_text
+from tbx.process.durable import write_text
 from tbx.report.data import Comparison, RunData, RunStats, compare_runs, compute_stats
 from tbx.report.figures import attempt_grid_figure, curves_figure, domain_heatmap_figure, pick_changed_tasks
 from tbx.report.tables import Table, before_after_table, cost_table, pct, side_by_side_table

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tbx.cost import CampaignCost, Prices, ReliabilityCost, campaign_cost, reliability_cost
-from tbx.metrics import (
+from tbx.records import AttemptTally, StoredTry
+from tbx.stats.cost import CampaignCost, Prices, ReliabilityCost, campaign_cost, reliability_cost
+from tbx.stats.metrics import (
     BootstrapCI,
     FlipStats,
     PassCurves,
@@ -20,8 +21,7 @@ from tbx.metrics import (
     pass_curves,
     summarize,
 )
-from tbx.paired import PairedDifference, paired_difference
-from tbx.records import AttemptTally, StoredTry
+from tbx.stats.paired import PairedDifference, paired_difference
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tbx.durable import fsync_path
+from tbx.process.durable import fsync_path
 
 LATEST = "latest.json"
 

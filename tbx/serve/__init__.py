@@ -6,4 +6,6 @@ sessions; `http.py` serves them over streamable HTTP, a session per episode. sta
 (`tbx/stages/serve.py`) wires them to the task set and the results store; docs/serve.md is the guide.
 """
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")  # bind addresses that need no bearer token
+from tbx.config.values import LOOPBACK  # bind addresses that need no bearer token
+
+__all__ = ["LOOPBACK"]

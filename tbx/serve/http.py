@@ -43,7 +43,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
-from tbx.listen import start_listening
+from tbx.process.listen import start_listening
 from tbx.serve import LOOPBACK
 from tbx.serve.campaign import Campaign, Seat
 from tbx.serve.server import episode_server

@@ -1,2 +1,2 @@
 """Stages: orchestration (I/O, progress, concurrency) around the pure core, one module each, every one
-declared in tbx/stages/registry.py."""
+declared in tbx/runs/stages.py."""

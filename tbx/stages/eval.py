@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from tbx.campaign import open_run, run_campaign, write_summary
 from tbx.config import Config
-from tbx.preemption import run_loop
-from tbx.stage_results import EvalResult
+from tbx.process.preemption import run_loop
+from tbx.runs.results import EvalResult
 
 
 def run_eval(cfg: Config) -> EvalResult:

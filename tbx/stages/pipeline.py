@@ -26,7 +26,7 @@ from tbx.config import (
     TrainConfig,
 )
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
-from tbx.stage_results import PipelineResult
+from tbx.runs.results import PipelineResult
 from tbx.traits import traits_of
 
 
@@ -83,7 +83,7 @@ def run_pipeline(cfg: Config) -> PipelineResult:
                           "use policy=model (the default)")
     evaluation_sets(cfg)  # a bad held-out seed fails before anything runs
     if cfg.logger.group is None:  # every run of the pipeline, its reports too, in one W&B group
-        from tbx.runs import run_identity
+        from tbx.runs.identity import run_identity
 
         cfg = dataclasses.replace(cfg, logger=dataclasses.replace(cfg.logger, group=f"pipeline-{run_identity(cfg)}"))
     clock = _Clock()

@@ -3,7 +3,7 @@
 Fixed mode runs `probe.attempts` (n) attempts per task, like the reference. Adaptive mode (our
 addition) probes in rounds and stops a task once more attempts are unlikely to change whether
 the pool keeps it (posterior predictive flip probability under the chosen pool strategy, see
-`tbx.adaptive`), never beyond n. Every attempt goes to the results store, so a killed probe
+`tbx.stats.adaptive`), never beyond n. Every attempt goes to the results store, so a killed probe
 resumes exactly: rounds are recomputed from what is stored, and nothing final runs again.
 """
 
@@ -14,21 +14,21 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tbx.adaptive import StoppingRule, should_stop
 from tbx.campaign import prepare_all, run_campaign, write_runtimes
 from tbx.campaign.components import build_backend
 from tbx.campaign.workers import check_workers
 from tbx.catalog import resolve_tasks
 from tbx.config import Config
-from tbx.difficulty import describe
-from tbx.durable import write_text
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
-from tbx.pool import PoolStrategy, full_param_strategy, lora_strategy
-from tbx.preemption import run_loop
+from tbx.process.durable import write_text
+from tbx.process.preemption import run_loop
 from tbx.records import Outcome
-from tbx.runs import resolve_run_dir, run_identity, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import ProbedTask, ProbeResult
+from tbx.runs.identity import resolve_run_dir, run_identity, save_run_meta
+from tbx.runs.results import ProbedTask, ProbeResult
+from tbx.runs.sinks import stage_sink
+from tbx.stats.adaptive import StoppingRule, should_stop
+from tbx.stats.difficulty import describe
+from tbx.stats.pool import PoolStrategy, full_param_strategy, lora_strategy
 from tbx.store import ResultStore, open_store
 
 

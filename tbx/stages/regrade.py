@@ -15,12 +15,12 @@ from typing import Any
 
 from tbx.backend.state import apply_delta
 from tbx.config import Config
-from tbx.durable import write_text
 from tbx.errors import ConfigError
 from tbx.grading import grade_state
+from tbx.process.durable import write_text
 from tbx.records import ERROR_OUTCOMES, Outcome, StoredTry
-from tbx.runs import read_run_meta
-from tbx.stage_results import RegradeMismatch, RegradeResult
+from tbx.runs.identity import read_run_meta
+from tbx.runs.results import RegradeMismatch, RegradeResult
 from tbx.store.results import read_records
 from tbx.tasks.loader import load_task
 from tbx.tasks.model import ExpectedChange

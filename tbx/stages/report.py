@@ -20,14 +20,14 @@ import numpy as np
 import yaml
 
 from tbx.config import Config
-from tbx.cost import run_pricing
 from tbx.errors import ConfigError
-from tbx.metrics import IncompleteInventoryError
 from tbx.records import StoredTry
 from tbx.report import INTERVAL_COLUMNS, RunData, render_report
-from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import ReportResult
+from tbx.runs.identity import read_run_meta, resolve_run_dir, save_run_meta
+from tbx.runs.results import ReportResult
+from tbx.runs.sinks import stage_sink
+from tbx.stats.cost import run_pricing
+from tbx.stats.metrics import IncompleteInventoryError
 from tbx.store.results import read_records
 from tbx.view import viewer_command
 

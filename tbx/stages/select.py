@@ -1,7 +1,7 @@
 """stage=select: from a probe run to a frozen pool manifest.
 
-Each probed task gets its Jeffreys posterior and band (`tbx.difficulty`); the `pool` strategy
-keeps some bands (`tbx.pool`). The manifest lists every task with k, n, band, posterior mean and
+Each probed task gets its Jeffreys posterior and band (`tbx.stats.difficulty`); the `pool` strategy
+keeps some bands (`tbx.stats.pool`). The manifest lists every task with k, n, band, posterior mean and
 90% interval, whether it is kept, the probe run, the settings, and a content hash. Training
 reads only the manifest and records its hash: selection happens once, and the pool never
 changes during a run.
@@ -18,15 +18,15 @@ from pathlib import Path
 import yaml
 
 from tbx.config import Config, plain
-from tbx.difficulty import describe, validate_band_names, validate_edges
-from tbx.durable import write_text
 from tbx.errors import ConfigError
-from tbx.plots.bands import plot_band_histogram
-from tbx.pool import PoolStrategy, select_pool
+from tbx.process.durable import write_text
 from tbx.records import Outcome, PoolManifest, PoolTask, StoredTry
-from tbx.runs import read_run_meta, resolve_run_dir, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import PoolSelection
+from tbx.report.band_histogram import plot_band_histogram
+from tbx.runs.identity import read_run_meta, resolve_run_dir, save_run_meta
+from tbx.runs.results import PoolSelection
+from tbx.runs.sinks import stage_sink
+from tbx.stats.difficulty import describe, validate_band_names, validate_edges
+from tbx.stats.pool import PoolStrategy, select_pool
 from tbx.store.results import read_records
 
 

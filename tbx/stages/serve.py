@@ -24,14 +24,14 @@ from tbx.campaign.components import build_judge, build_user, episode_cost
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.episodes import episode_limits, run_episode
+from tbx.episodes.faults import validate_faults
 from tbx.errors import ConfigError
-from tbx.faults import validate_faults
-from tbx.preemption import run_loop
+from tbx.process.preemption import run_loop
 from tbx.records import EpisodeResult
-from tbx.runs import record_engine
+from tbx.runs.identity import record_engine
+from tbx.runs.results import EvalResult
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
-from tbx.stage_results import EvalResult
 from tbx.store import ResultStore
 from tbx.store.claims import Claim, ClaimLost
 

@@ -5,7 +5,7 @@
     python launch.py stage=serve_model serve_model.stop=true    # stops every kept server
 
 The server is started exactly as a command would start it for the same `model` settings and seed
-(so its flags match theirs), detached, and recorded in `model.server.kept_dir`; tbx/vllm_kept.py
+(so its flags match theirs), detached, and recorded in `model.server.kept_dir`; tbx/vllm/kept.py
 says how commands find it, check its weights and take turns. Running the command again while the
 server runs prints its URL and starts nothing.
 """
@@ -16,8 +16,8 @@ import sys
 
 from tbx.config import Config
 from tbx.errors import ConfigError
-from tbx.stage_results import ServeModelResult
-from tbx.vllm_kept import flags_hash, keep, read_record, record_path, records, stop
+from tbx.runs.results import ServeModelResult
+from tbx.vllm.kept import flags_hash, keep, read_record, record_path, records, stop
 
 
 def run_serve_model(cfg: Config) -> ServeModelResult:
@@ -31,9 +31,9 @@ def run_serve_model(cfg: Config) -> ServeModelResult:
                           f"{cfg.model.endpoint.base_url}: stage=serve_model keeps a vLLM tbx starts",
                           "choose a model of kind vllm without model.endpoint.base_url")
     from tbx.policies.vllm import folder_version
-    from tbx.vllm_server import VLLMServer
-    from tbx.vllm_spec import spec_for
-    from tbx.vllm_weights import serving_folder
+    from tbx.vllm.server import VLLMServer
+    from tbx.vllm.spec import spec_for
+    from tbx.vllm.weights import serving_folder
 
     directory = model_directory(cfg.model)[0]
     version = folder_version(cfg.model.name, directory)

@@ -9,7 +9,7 @@ its weights reach the running vLLM before the next step's rollouts (tbx/policies
 Checkpoints (weights, optimizer, sampler position, random generators) let a killed run resume
 where it stopped, the server's weights included; the trained model is saved as a Hugging Face
 folder for `stage=eval`. After each step `curves.png` in the run folder plots the step metrics
-(tbx/plots/training.py), W&B or not. On
+(tbx/report/training_curves.py), W&B or not. On
 clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/verl_bridge).
 """
 
@@ -33,20 +33,20 @@ from tbx.campaign.components import build_backend, build_judge, build_user, epis
 from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
-from tbx.durable import publish_folder, write_text
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
-from tbx.plots.training import training_curves_figure
 from tbx.policies.trainable import TrainablePolicy, build_trainable
-from tbx.preemption import run_loop
+from tbx.process.durable import publish_folder, write_text
+from tbx.process.preemption import run_loop
 from tbx.records import PoolManifest, TrainState
+from tbx.report.training_curves import training_curves_figure
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, UpdateResult, grpo_update
 from tbx.rl.sampler import GroupSampler, StepBatch
-from tbx.runs import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
-from tbx.sinks import stage_sink
-from tbx.stage_results import NativeTrainResult, TrainResult, VerlTrainResult
+from tbx.runs.identity import record_engine, record_meta, resolve_run_dir, run_identity, save_run_meta
+from tbx.runs.results import NativeTrainResult, TrainResult, VerlTrainResult
+from tbx.runs.sinks import stage_sink
 from tbx.store import open_store
 from tbx.store.training import as_training_attempt, first_attempt_of
 
@@ -59,7 +59,7 @@ def load_manifest(path: str | None) -> PoolManifest:
 
 
 def validate_train(cfg: Config) -> None:
-    """What the native trainer needs beyond the values the schema checks (tbx/config_values.py)."""
+    """What the native trainer needs beyond the values the schema checks (tbx/config/values.py)."""
     if cfg.model.kind != "vllm":
         raise ConfigError("conf/model", "model.kind", f"is {cfg.model.kind}: the native trainer updates a model "
                           "whose weights it can send to its rollout server", "use a model with kind: vllm")

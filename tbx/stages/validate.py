@@ -28,14 +28,14 @@ from tbx.campaign.components import build_backend, build_judge
 from tbx.campaign.workers import map_shares, share_processes
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items, tau2_task_list
 from tbx.config import Config
-from tbx.durable import write_text
 from tbx.episodes import EpisodeLimits, Outcome, episode_limits, run_episode
 from tbx.errors import TaskFormatError
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
-from tbx.preemption import run_loop
-from tbx.stage_results import FamilyGate, Rejection, ValidateResult
+from tbx.process.durable import write_text
+from tbx.process.preemption import run_loop
+from tbx.runs.results import FamilyGate, Rejection, ValidateResult
 from tbx.tasks.model import Step
 from tbx.tau2 import is_tau2
 from tbx.users.scripted import ScriptedUser

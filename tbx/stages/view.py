@@ -20,8 +20,8 @@ from pathlib import Path
 
 from tbx.config import Config
 from tbx.errors import ConfigError
-from tbx.preemption import run_loop
-from tbx.stage_results import ViewResult
+from tbx.process.preemption import run_loop
+from tbx.runs.results import ViewResult
 from tbx.view.store import load_runs
 
 
@@ -54,7 +54,7 @@ def run_view(cfg: Config) -> ViewResult:
 async def _serve(cfg: Config, runs) -> None:  # list[StoredRun]
     import uvicorn
 
-    from tbx.listen import start_listening
+    from tbx.process.listen import start_listening
     from tbx.view.app import viewer_app
 
     token = os.environ.get(cfg.view.token_env) if cfg.view.token_env else None

@@ -1,7 +1,7 @@
 """Claims: an attempt is claimed in the results store before it runs, so however many processes work
 on one run, each attempt is played by one of them and gets one verdict.
 
-A claim is a row (run, task, attempt) naming its owner (`tbx.owner`: host, pid, start time) and a
+A claim is a row (run, task, attempt) naming its owner (`tbx.process.owner`: host, pid, start time) and a
 heartbeat. A process plays an attempt only while it holds the claim, and stores each try only if it
 still holds it (checked in the transaction that stores the try). A claim whose owner is gone can be
 taken over, so a killed run resumes at once: on the same host the owner's process is looked up; an
@@ -23,7 +23,7 @@ from sqlalchemy import Column, Connection, Engine, Float, Integer, MetaData, Str
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from tbx.owner import Owner, this_process
+from tbx.process.owner import Owner, this_process
 
 HEARTBEAT_S = 10.0  # how often a process renews its claims
 LEASE_S = 90.0  # a claim of another host whose heartbeat is older than this is taken over

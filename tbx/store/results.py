@@ -50,8 +50,8 @@ from sqlalchemy.exc import (
     ProgrammingError,
 )
 
-from tbx.durable import ensure_folder
 from tbx.errors import ConfigError, InfraError
+from tbx.process.durable import ensure_folder
 from tbx.records import ERROR_OUTCOMES, EpisodeResult, Outcome, StoredTry
 from tbx.store.claims import RUN_LOCK, Claim, Claims, claims_table, describe_owner
 

@@ -67,7 +67,7 @@ def tool_specs(domain_name: str) -> tuple[ToolSpec, ...]:
 
 @cache
 def _versions(domain_name: str) -> dict[str, str]:
-    from tbx.catalog import source_hash
+    from tbx.domains import source_hash
     from tbx.tau2 import environment, grading
 
     digest = tau2_domain(domain_name).digest  # first: the package is checked and quiet before τ² is imported

@@ -34,9 +34,9 @@ from sqlalchemy import Engine
 
 from tbx.errors import InfraError
 from tbx.messages import Message, ToolCall, ToolSchema
+from tbx.process.waits import off_loop
 from tbx.tools.declare import ToolSpec
 from tbx.tools.runtime import invoke
-from tbx.waits import off_loop
 
 # The SDK logs every refused argument and tool error at INFO/ERROR with a rich traceback; for the
 # harness these are normal agent mistakes, reported to the agent and counted by the episode.
@@ -64,7 +64,7 @@ class _PassedThrough(ArgModelBase):
 _PASS_THROUGH = FuncMetadata(arg_model=_PassedThrough)
 
 
-Gate = Callable[[str], Awaitable[None]]  # runs before a tool's body (injected faults, tbx.faults); may raise InfraError
+Gate = Callable[[str], Awaitable[None]]  # runs before a tool's body (injected faults, tbx.episodes.faults); may raise InfraError
 
 
 @dataclass

@@ -35,7 +35,7 @@ from tbx.errors import ConfigError, InfraError
 from tbx.grading.judge import Judge
 from tbx.messages import Message, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
-from tbx.preemption import run_loop
+from tbx.process.preemption import run_loop
 from tbx.tasks.model import Task, UserScenario
 from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 from tbx.users.base import Opening, UserSession, UserSimulator, UserTurn

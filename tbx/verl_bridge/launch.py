@@ -5,7 +5,7 @@
 (the head, with RAY_ADDRESS set) calls `run_verl_training`, which
 
 1. finds the model folder (the embedded default's converted GGUF when `model.path` is unset; on
-   CPU a tied model's untied copy, `tbx.vllm_weights.untied_copy`), plans the run from `grpo`,
+   CPU a tied model's untied copy, `tbx.vllm.weights.untied_copy`), plans the run from `grpo`,
    `hardware` and the pool manifest (`plan_training`: checked sizes),
 2. opens the run's results store and discards the episodes of every step after verl's newest
    checkpoint (a killed run replays those steps; each is stored once),
@@ -43,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from tbx.config import Config
-from tbx.durable import publish_folder
 from tbx.errors import EXIT_NO_UPDATE, ConfigError, InfraError
-from tbx.launch.ray_cluster import die_with_parent
+from tbx.process.durable import publish_folder
+from tbx.process.owner import die_with_parent
 from tbx.records import PoolManifest
-from tbx.stage_results import VerlTrainResult
+from tbx.runs.results import VerlTrainResult
 from tbx.store import ResultStore
 from tbx.store.training import first_attempt_of
 from tbx.verl_bridge.cpu import cpu_environment
@@ -86,7 +86,7 @@ def training_model(cfg: Config, cpu: bool) -> Path:
     """The Hugging Face folder verl loads: `model.path`, or the embedded default's converted GGUF; on
     CPU a tied model's untied copy (vLLM's CPU reload cannot update a tied output layer)."""
     from tbx.policies.hf_model import model_directory, resolve_config_path
-    from tbx.vllm_weights import untied_copy, weights_fingerprint
+    from tbx.vllm.weights import untied_copy, weights_fingerprint
 
     directory = Path(cfg.model.path) if cfg.model.path else model_directory(cfg.model)[0]
     if not (directory / "config.json").is_file():

@@ -16,7 +16,7 @@ Chosen by the CPU delta (`tbx.verl_bridge.cpu`) as
 after its own, so this class replaces verl's extension, which it subclasses.
 
 The tied-embedding limit of that reload ("tied parameters only reflect processing from one of the
-parent layers") is why the CPU delta trains an untied copy of a tied model (tbx/vllm_weights.py).
+parent layers") is why the CPU delta trains an untied copy of a tied model (tbx/vllm/weights.py).
 """
 
 from __future__ import annotations

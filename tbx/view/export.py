@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from importlib.resources import files
 from pathlib import Path
 
-from tbx.durable import write_text
+from tbx.process.durable import write_text
 from tbx.view import pages
 from tbx.view.app import curves_path
 from tbx.view.links import ExportLinks

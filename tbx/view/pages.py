@@ -1,8 +1,8 @@
 """The viewer's pages as HTML: what each page shows, read from stored runs, rendered by Jinja2 templates.
 
 Every function takes runs and a `links` (served URLs or export file names) and returns a page; nothing
-here serves or writes files. Numbers come from the same functions as the report's (tbx.metrics,
-tbx.paired), over the final try of each attempt.
+here serves or writes files. Numbers come from the same functions as the report's (tbx.stats.metrics,
+tbx.stats.paired), over the final try of each attempt.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import numpy as np
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from tbx.backend.state import canonical
-from tbx.metrics import attempt_tally, bootstrap_ci, outcomes_from_records, summarize
-from tbx.paired import paired_difference
 from tbx.records import StoredTry
+from tbx.stats.metrics import attempt_tally, bootstrap_ci, outcomes_from_records, summarize
+from tbx.stats.paired import paired_difference
 from tbx.view.store import JUDGE_DECISIONS, OUTCOMES, AttemptFilter, AttemptRow, StoredRun
 
 HEADLINE_RESAMPLES = 1000

@@ -18,10 +18,10 @@ from typing import Any
 import yaml
 from sqlalchemy import Engine, create_engine, func, select, tuple_
 
-from tbx.cost import run_pricing
 from tbx.errors import ConfigError
 from tbx.records import StoredTry
-from tbx.runs import read_run_meta
+from tbx.runs.identity import read_run_meta
+from tbx.stats.cost import run_pricing
 from tbx.store.results import attempts, check_store_file
 
 OUTCOMES = ("success", "failure", "abandoned", "infra_error", "user_sim_error", "verifier_error", "excluded")

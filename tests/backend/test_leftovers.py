@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tbx.backend import make_backend
-from tbx.owner import this_process
+from tbx.process.owner import this_process
 
 ROOT = Path(__file__).resolve().parents[2]
 SLOW = ["policy._target_=tests.launch.SlowCoinPolicy", "policy.name=slowcoin", "+extra.turn_delay_s=0.5",

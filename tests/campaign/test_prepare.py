@@ -43,7 +43,7 @@ def test_a_second_preparation_reads_the_cache_and_a_changed_task_is_prepared_aga
         assert prepared == [tasks[0].id] and as_data(third) == as_data(first)
 
         prepared.clear()
-        monkeypatch.setattr("tbx.runs.code_versions", lambda domains: {"grader": "new", "travel": "new"})
+        monkeypatch.setattr("tbx.runs.identity.code_versions", lambda domains: {"grader": "new", "travel": "new"})
         prepare_all(cfg, tasks, backend)
         assert prepared == [t.id for t in tasks]  # the grader's or the domain's code changed: all again
     finally:

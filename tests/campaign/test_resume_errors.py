@@ -17,10 +17,10 @@ from pathlib import Path
 from starlette.testclient import TestClient
 
 from tbx.campaign.attempts import try_limit
-from tbx.metrics import attempt_tally
 from tbx.policies.base import Agent, Policy, PolicySetup
 from tbx.policies.reference import OraclePolicy
 from tbx.records import AttemptTally, Outcome
+from tbx.stats.metrics import attempt_tally
 from tbx.store.results import read_records
 from tbx.view.app import viewer_app
 from tbx.view.store import load_runs

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.envs
 
 def test_verifiers_example_stores_its_run_under_outputs(tmp_path, monkeypatch, capsys):
     import tbx.policies.vllm
-    import tbx.vllm_server
+    import tbx.vllm.server
     from examples import verifiers_vllm
     from tbx.envs.episodes import TaskSet
 
@@ -31,7 +31,7 @@ def test_verifiers_example_stores_its_run_under_outputs(tmp_path, monkeypatch, c
     server = SimpleNamespace(base_url="http://127.0.0.1:9/v1", spec=SimpleNamespace(served_name="smollm2_135m"),
                              engine=lambda: {"name": "stand-in"})
     monkeypatch.setattr(tbx.policies.vllm, "serve", lambda model: SimpleNamespace(server=server))
-    monkeypatch.setattr(tbx.vllm_server, "stop_shared", lambda: None)
+    monkeypatch.setattr(tbx.vllm.server, "stop_shared", lambda: None)
     monkeypatch.setattr(verifiers_vllm.subprocess, "run", vf_eval)
     monkeypatch.chdir(tmp_path)  # the command's working folder: its outputs/ is tmp_path/outputs
 

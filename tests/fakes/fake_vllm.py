@@ -1,7 +1,7 @@
 """A stand-in for vLLM's server: `fake_vllm.py --model DIR --port N --served-model-name NAME ...`.
 
 The real server (tests/vllm/) cannot be made to hang at start or to leave a worker that ignores
-SIGTERM; tests of those paths of `tbx.vllm_server` run this instead. After a short start-up delay
+SIGTERM; tests of those paths of `tbx.vllm.server` run this instead. After a short start-up delay
 (the port is closed meanwhile, as with a loading vLLM) it serves the same HTTP API from
 `tests/fakes/openai_server.py`, answering every chat request with a fixed text, and the routes that
 change and name the weights (`/weight_info`, `/update_weight_version`, `/pause`, `/resume`,

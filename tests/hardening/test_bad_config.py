@@ -2,10 +2,10 @@
 one error naming the file, the field and the fix; `launch.py` prints it as one line, exits with
 status 2, and has touched nothing (a run already in the folder is kept as it was).
 
-Config mistakes go through real Hydra composition (`tbx.config_checks.composition_error`, what
+Config mistakes go through real Hydra composition (`tbx.config.checks.composition_error`, what
 launch.py runs first: enumerations are refused there), the value checks the typed config runs when it is
-built (`Config.__post_init__`, tbx/config_values.py) and the environment checks (`check_config`,
-tbx/config_environment.py); a few go through `launch.py` itself.
+built (`Config.__post_init__`, tbx/config/values.py) and the environment checks (`check_config`,
+tbx/stages/environment.py); a few go through `launch.py` itself.
 Task-file mistakes add the cases `tests/tasks/test_loader.py` does not cover.
 """
 
@@ -24,10 +24,10 @@ import yaml
 from tbx.backend import make_backend
 from tbx.catalog import prepare_task, resolve_tasks
 from tbx.config import TasksConfig
-from tbx.config_checks import composition_error
-from tbx.config_environment import check_config
+from tbx.config.checks import composition_error
 from tbx.domains import get_domain
 from tbx.errors import ConfigError, TaskFormatError
+from tbx.stages.environment import check_config
 from tests.launch import compose_cfg
 from tests.test_compose_all import OPTIONS, REQUIRED
 
@@ -369,7 +369,7 @@ def test_a_seed_row_may_leave_out_columns_the_base_rows_give(tmp_path):
 def test_an_interpolation_that_does_not_resolve_names_its_key(monkeypatch):
     from hydra import compose, initialize_config_dir
 
-    from tbx.config_checks import config_object
+    from tbx.config.checks import config_object
 
     monkeypatch.delenv("TBX_TEST_UNSET_DIR", raising=False)
     with initialize_config_dir(str(CONF), version_base="1.3"):
@@ -384,7 +384,7 @@ def test_an_interpolation_that_does_not_resolve_names_its_key(monkeypatch):
 def test_edges_of_another_band_count_name_the_pools_keep_ranges():
     from hydra import compose, initialize_config_dir
 
-    from tbx.config_checks import config_object
+    from tbx.config.checks import config_object
 
     with initialize_config_dir(str(CONF), version_base="1.3"):
         dict_cfg = compose("config", overrides=["stage=select", "difficulty.edges=[0,0.5,1]"])
@@ -412,7 +412,7 @@ def test_a_multirun_checks_every_job_before_the_first_starts(tmp_path, sweep, li
 
 
 def test_a_multirun_is_expanded_as_hydras_basic_sweeper_expands_it():
-    from tbx.config_checks import sweep_jobs
+    from tbx.config.checks import sweep_jobs
 
     jobs, error = sweep_jobs(["stage=eval", "eval.attempts=range(1,3)", "tasks=mock,travel"])
     assert error is None and jobs == [["stage=eval", "eval.attempts=1", "tasks=mock"],

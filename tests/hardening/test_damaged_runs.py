@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tbx.config_checks import composition_error
-from tbx.durable import check_writable
+from tbx.config.checks import composition_error
 from tbx.errors import ConfigError, TaskFormatError
+from tbx.process.durable import check_writable
 from tbx.tasks.loader import load_task
 from tests.stages.test_eval_regrade import make_cfg, run
 from tests.test_runs import nickname_task

@@ -1,4 +1,4 @@
-"""Injected faults (tbx/faults.py): every fault at every site (tool call, DB connection, user reply,
+"""Injected faults (tbx/episodes/faults.py): every fault at every site (tool call, DB connection, user reply,
 judge call), failing at once or hanging, ends its episode as the error outcome of that site's type;
 the stages re-run it within `eval.max_error_retries`; no error is ever scored 0; campaigns finish
 in bounded time; and the verdicts that survive are the clean run's.
@@ -21,8 +21,8 @@ from tbx.catalog import prepare_task
 from tbx.config import FaultsConfig
 from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
+from tbx.episodes.faults import SITE_OUTCOMES, SITES, draw, validate_faults
 from tbx.errors import ConfigError
-from tbx.faults import SITE_OUTCOMES, SITES, draw, validate_faults
 from tbx.grading.judge import EvidenceJudge, Judge
 from tbx.policies.reference import OraclePolicy
 from tbx.records import ERROR_OUTCOMES, StoredTry

@@ -1,7 +1,7 @@
 """Leak scans: what an agent sees never holds the task's checks, its reference solution, the user's
 hidden scenario, or a private fact before the user or a tool gave it.
 
-Real campaigns are run and every stored transcript is scanned with `tbx.audit` (the scanner users
+Real campaigns are run and every stored transcript is scanned with `tbx.grading.audit` (the scanner users
 run over their own run folders): the oracle with the scripted user on the benchmark sample (one
 task per family), and an LLM agent with the LLM user, both played over real HTTP by scripted
 servers (`tests/fakes/openai_server.py`), where the requests the agent's server received (system
@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tbx.audit import audit_records, audit_run, scan_context, task_secrets
 from tbx.campaign import episode_seed
 from tbx.config import UserConfig
 from tbx.domains import get_domain
+from tbx.grading.audit import audit_records, audit_run, scan_context, task_secrets
 from tbx.messages import Message
 from tbx.policies.reference import DONE
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn

@@ -112,7 +112,7 @@ def test_a_key_written_into_the_config_is_refused_before_anything_is_saved(tmp_p
 
 def test_wandb_gets_secret_looking_keys_redacted():
     from tbx.config import Config
-    from tbx.sinks import safe_config
+    from tbx.runs.sinks import safe_config
 
     config = safe_config(Config(extra={"service": {"api_key": "sk-x", "token": "t", "api_key_env": "VAR"}}))
     assert config["extra"]["service"] == {"api_key": "<redacted>", "token": "<redacted>", "api_key_env": "VAR"}

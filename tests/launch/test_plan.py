@@ -125,7 +125,7 @@ def test_describe_lists_what_will_run():
 
 
 def test_where_a_run_runs_is_not_part_of_its_identity():
-    from tbx.runs import run_identity
+    from tbx.runs.identity import run_identity
 
     here = compose_cfg("stage=probe", "tasks=mock")
     there = compose_cfg("stage=probe", "tasks=mock", "hardware=slurm_a100x8", "launcher.shards=3", "launcher.wait=false")
@@ -135,7 +135,7 @@ def test_where_a_run_runs_is_not_part_of_its_identity():
 def test_how_the_model_is_served_is_not_part_of_a_runs_identity():
     """The server's interpreter, KV cache and batch width change float summation order only: a run
     resumed with other settings continues in the same folder."""
-    from tbx.runs import run_identity
+    from tbx.runs.identity import run_identity
 
     here = compose_cfg("stage=eval", "tasks=mock", "policy=model")
     there = compose_cfg("stage=eval", "tasks=mock", "policy=model", "model.server.kv_cache_gib=4",

@@ -17,7 +17,7 @@ from tbx.llm.wire import to_openai_messages
 from tbx.messages import Message, ToolCall, ToolSchema, Usage
 from tbx.policies.base import EpisodeContext, PolicySetup
 from tbx.policies.openai_compat import OpenAIPolicy
-from tbx.vllm_server import free_port
+from tbx.vllm.server import free_port
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Scripted,

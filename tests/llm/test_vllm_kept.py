@@ -1,4 +1,4 @@
-"""Kept vLLM servers (stage=serve_model, tbx/vllm_kept.py) with the stand-in executable
+"""Kept vLLM servers (stage=serve_model, tbx/vllm/kept.py) with the stand-in executable
 (tests/fakes/fake_vllm.py): the server outlives the command that started it, later commands with the
 same flags attach to it and load their own weights when it answers with others, a busy or dead
 one is not used, and one command stops it. The real server: tests/vllm/test_kept.py."""
@@ -17,11 +17,11 @@ import httpx
 import pytest
 
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
-from tbx.owner import host_tag
 from tbx.policies.vllm import folder_version, serve
-from tbx.vllm_kept import KeptRecord, keep, read_record, record_path, records, stop, take
-from tbx.vllm_server import VLLMServer, stop_shared
-from tbx.vllm_spec import spec_for
+from tbx.process.owner import host_tag
+from tbx.vllm.kept import KeptRecord, keep, read_record, record_path, records, stop, take
+from tbx.vllm.server import VLLMServer, stop_shared
+from tbx.vllm.spec import spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = ROOT / "tests" / "fakes" / "fake_vllm.py"

@@ -14,8 +14,8 @@ import pytest
 
 from tbx.config import EndpointConfig, ModelConfig, ServerConfig
 from tbx.errors import ConfigError, InfraError
-from tbx.vllm_server import VLLMServer
-from tbx.vllm_spec import ENTRY, ServeSpec, build_vllm_command, spec_for, vllm_python
+from tbx.vllm.server import VLLMServer
+from tbx.vllm.spec import ENTRY, ServeSpec, build_vllm_command, spec_for, vllm_python
 
 FAKE_VLLM = (sys.executable, str(Path(__file__).resolve().parents[1] / "fakes" / "fake_vllm.py"))
 SPEC = ServeSpec(directory="/models/qwen", served_name="qwen-served", dtype="bfloat16", context_length=8192,
@@ -76,7 +76,7 @@ def test_no_vllm_installed_names_the_fix(monkeypatch, tmp_path):
     monkeypatch.delenv("TBX_VLLM_PYTHON", raising=False)
     with pytest.raises(ConfigError, match="does not exist"):
         vllm_python(ServerConfig(python=str(tmp_path / "nope")))
-    monkeypatch.setattr("tbx.vllm_spec.Path.is_file", lambda self: False)
+    monkeypatch.setattr("tbx.vllm.spec.Path.is_file", lambda self: False)
     monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
     with pytest.raises(ConfigError, match="setup.sh"):
         vllm_python(ServerConfig())

@@ -1,4 +1,4 @@
-"""The folders vLLM is given (tbx/vllm_weights.py), on a tiny tied llama: no server needed."""
+"""The folders vLLM is given (tbx/vllm/weights.py), on a tiny tied llama: no server needed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tbx.vllm_weights import (
+from tbx.vllm.weights import (
     HEAD_FILE,
     save_for_reload,
     serving_folder,

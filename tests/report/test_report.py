@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tbx.cost import Prices
 from tbx.messages import Usage
-from tbx.metrics import IncompleteInventoryError
 from tbx.records import StoredTry
 from tbx.report import RunData, render_report
 from tbx.report.figures import pick_changed_tasks
 from tbx.report.tables import rank_marks
+from tbx.stats.cost import Prices
+from tbx.stats.metrics import IncompleteInventoryError
 from tests.store.records import stored
 
 TASKS = ("retail/1", "retail/2", "travel/1", "travel/2", "bank/1", "bank/2")

@@ -11,11 +11,11 @@ import tbx.stages.report
 import tbx.stages.select
 import tbx.stages.train
 from tbx.errors import ConfigError
-from tbx.metrics import outcome_summary
 from tbx.records import AttemptTally
-from tbx.runs import run_name
-from tbx.stage_results import EvalResult, PoolSelection, ProbeResult, ReportResult, TrainResult
+from tbx.runs.identity import run_name
+from tbx.runs.results import EvalResult, PoolSelection, ProbeResult, ReportResult, TrainResult
 from tbx.stages.pipeline import evaluation_sets, run_pipeline
+from tbx.stats.metrics import outcome_summary
 from tests.launch import compose_cfg
 
 

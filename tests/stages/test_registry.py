@@ -1,4 +1,4 @@
-"""A stage is one declared record (tbx/stages/registry.py): adding one is its module, one registry entry and
+"""A stage is one declared record (tbx/runs/stages.py): adding one is its module, one registry entry and
 its option file, and launch.py runs it; every stage's facts agree with the schema, the option files and
 docs/architecture.md; validate's identity and regrade's checks follow what those stages use."""
 
@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from tbx.config import Config
-from tbx.config_environment import check_config
 from tbx.errors import ConfigError
-from tbx.runs import identity_settings, run_identity
-from tbx.stage_results import RegradeMismatch
-from tbx.stages.registry import STAGES, Stage, stage_named, stage_table
+from tbx.runs.identity import identity_settings, run_identity
+from tbx.runs.results import RegradeMismatch
+from tbx.runs.stages import STAGES, Stage, stage_named, stage_table
+from tbx.stages.environment import check_config
 from tests.stages.test_eval_regrade import make_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_MODULE = '''"""stage=toy: says which seed it was given."""
 
-from tbx.stage_results import Finished
+from tbx.runs.results import Finished
 
 
 def run_toy(cfg):
@@ -47,7 +47,7 @@ def test_a_new_stage_is_its_module_one_entry_and_its_option_file(tmp_path):
     before = files(copy)
 
     (copy / "tbx/stages/toy.py").write_text(TOY_MODULE)
-    registry = copy / "tbx/stages/registry.py"
+    registry = copy / "tbx/runs/stages.py"
     text = registry.read_text()
     end = text.index("\n)}\n", text.index("STAGES: dict[str, Stage]")) + 1  # the entries' closing line
     registry.write_text(text[:end] + TOY_ENTRY + text[end:])
@@ -55,7 +55,7 @@ def test_a_new_stage_is_its_module_one_entry_and_its_option_file(tmp_path):
 
     after = files(copy)
     touched = sorted(name for name in after if before.get(name) != after[name])
-    assert touched == ["conf/stage/toy.yaml", "tbx/stages/registry.py", "tbx/stages/toy.py"]
+    assert touched == ["conf/stage/toy.yaml", "tbx/runs/stages.py", "tbx/stages/toy.py"]
 
     def launch(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "launch.py", "stage=toy", "logger=none", f"out_root={tmp_path}/out",

@@ -18,7 +18,7 @@ from tbx.catalog import prepare_task
 from tbx.messages import AssistantTurn, ToolCall
 from tbx.records import TrainState
 from tbx.rl.sampler import GroupSampler
-from tbx.sinks import NullSink
+from tbx.runs.sinks import NullSink
 from tbx.stages.train import _train, _Trainer
 from tbx.store import open_store
 from tbx.store.results import read_records

@@ -11,10 +11,10 @@ import json
 import pytest
 
 import tbx.stages.train
-from tbx.config_environment import check_config
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
-from tbx.runs import run_name
+from tbx.runs.identity import run_name
+from tbx.stages.environment import check_config
 from tests.launch import compose_cfg
 from tests.stages.test_eval_regrade import make_cfg
 

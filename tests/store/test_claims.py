@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from tbx.errors import ConfigError
-from tbx.owner import Owner, host_tag, this_process
+from tbx.process.owner import Owner, host_tag, this_process
 from tbx.store.claims import LEASE_S, Claim, ClaimLost
 from tbx.store.results import ResultStore, claims, open_store
 

@@ -161,13 +161,13 @@ def test_an_ask_for_a_fact_the_user_does_not_hold_reveals_no_other_fact(task_id,
 
 
 def test_every_module_a_user_reads_with_is_part_of_the_run_identity():
-    """A change to how the users read messages is a new run (tbx/runs.py CODE_PARTS): every module of
+    """A change to how the users read messages is a new run (tbx/runs/identity.py CODE_PARTS): every module of
     tbx/users that the users import counts (corpus.py only measures them)."""
     import sys
 
     import tbx.users.llm
     import tbx.users.scripted  # noqa: F401
-    from tbx.runs import CODE_PARTS, PACKAGE
+    from tbx.runs.identity import CODE_PARTS, PACKAGE
 
     loaded = {Path(m.__file__).relative_to(PACKAGE).as_posix() for name, m in sys.modules.items()
               if name.startswith("tbx.users.") and name != "tbx.users.corpus"}

@@ -15,8 +15,8 @@ import pytest
 
 from tbx.config import BackendConfig, Config, EvalConfig, FaultsConfig, ModelConfig, TasksConfig
 from tbx.episodes import Outcome
+from tbx.episodes.faults import draw
 from tbx.errors import ConfigError, UserSimError
-from tbx.faults import draw
 from tbx.llm.parsing import render_assistant_text
 from tbx.messages import Message, ToolCall
 from tbx.policies.prompting import build_chat, demonstrations_for, render_prompt

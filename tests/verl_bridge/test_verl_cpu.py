@@ -32,8 +32,8 @@ import pytest
 pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
 from tbx.config import FaultsConfig
+from tbx.episodes.faults import draw
 from tbx.errors import EXIT_NO_UPDATE
-from tbx.faults import draw
 from tbx.store.training import STEP_STRIDE, step_of
 from tbx.verl_bridge.cpu import cpu_environment
 from tbx.verl_bridge.episode import episode_seed, fault_seed

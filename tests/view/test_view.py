@@ -178,7 +178,7 @@ def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
 
 
 def test_training_curves_beside_a_run_are_shown(runs, tmp_path: Path) -> None:
-    from tbx.plots.training import training_curves_figure
+    from tbx.report.training_curves import training_curves_figure
     from tbx.view.export import export_site
     from tests.test_training_curves import HISTORY
 

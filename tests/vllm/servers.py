@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from tbx.config import EndpointConfig, ModelConfig
-from tbx.vllm_server import VLLMServer
-from tbx.vllm_spec import spec_for
+from tbx.vllm.server import VLLMServer
+from tbx.vllm.spec import spec_for
 
 
 def vllm_server(name: str, directory: Path, log_dir: Path, **spec_changes: Any) -> VLLMServer:

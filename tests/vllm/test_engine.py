@@ -110,7 +110,7 @@ def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_l
     from tbx.episodes import Outcome, run_episode
     from tbx.tasks import load_task
     from tbx.users.base import UserSession, UserSimulator, UserTurn
-    from tbx.vllm_server import stop_shared
+    from tbx.vllm.server import stop_shared
 
     model = ModelConfig(name="tiny", path=str(tiny_model), max_new_tokens=4, cache_dir=str(tmp_path / "cache"),
                         server=ServerConfig(kv_cache_gib=1.0, max_num_seqs=8))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tbx.vllm_kept import read_record
+from tbx.vllm.kept import read_record
 from tests.conftest import _require_vllm
 from tests.vllm.test_engine import group_pids
 

@@ -29,9 +29,9 @@ from tbx.config import FaultsConfig
 from tbx.errors import ConfigError, InfraError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import Message
+from tbx.process.waits import bounded
 from tbx.tasks.model import JudgeRule
 from tbx.users.base import Opening, UserSession, UserTurn
-from tbx.waits import bounded
 
 SITES = ("tool", "db", "user", "judge")
 SITE_OUTCOMES = {"tool": "infra_error", "db": "infra_error", "user": "user_sim_error", "judge": "verifier_error"}

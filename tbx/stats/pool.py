@@ -15,8 +15,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tbx.difficulty import Difficulty, validate_edges
 from tbx.errors import ConfigError
+from tbx.stats.difficulty import Difficulty, validate_edges
 
 EDGE_TOLERANCE = 1e-9  # a keep-range end this close to a band edge counts as that edge
 

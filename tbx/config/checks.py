@@ -13,9 +13,9 @@ In the order launch.py meets them:
   with the run and sent to W&B: keys are only ever named by their environment variable.
 - `config_object`: `OmegaConf.to_object`, its errors (an unresolvable `${oc.env:...}`) as ConfigError.
   Building the typed config runs `Config.__post_init__`, which checks the values a type cannot express
-  (ranges, settings that must agree: tbx/config_values.py); enumerations are Enum fields and fail at
+  (ranges, settings that must agree: tbx/config/values.py); enumerations are Enum fields and fail at
   composition, their choices named.
-- then `check_config` (tbx/config_environment.py): what needs the environment, checked only where the
+- then `check_config` (tbx/stages/environment.py): what needs the environment, checked only where the
   stage uses it.
 
 Pure apart from `composition_error` (it composes).
@@ -37,10 +37,10 @@ from urllib.parse import urlsplit
 
 import tbx.config as tbx_config
 from tbx.config import Config
-from tbx.config_values import CONFIG
+from tbx.config.values import CONFIG
 from tbx.errors import ConfigError
 
-_SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.sinks redacts for W&B
+_SECRET = re.compile(r"(api[_-]?key|token|secret|password)$", re.IGNORECASE)  # as tbx.runs.sinks redacts for W&B
 _IN_FILE = re.compile(r"In '([^']+)': (\w+) raised while composing config:\n(.*)", re.S)
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _OBJECT_TYPE = re.compile(r"object_type=(\w+)")

@@ -6,7 +6,7 @@ the same folder and resumes there, and a changed input never resumes an old run:
 - every config setting, derived from the schema (`tbx/config/`): a field counts unless its
   metadata marks it as not changing results (`NOT_IDENTITY`: paths, logging, concurrency, waits),
   and a group marked `STAGE_GROUP` counts only for the stages that use it (their `uses` in
-  tbx/stages/registry.py), so a new field counts until someone decides otherwise;
+  tbx/runs/stages.py), so a new field counts until someone decides otherwise;
 - the content of what paths name (`CONTENT`: a replay file or run, a pool manifest, a probe run),
   never the path itself; the runs a report compares by their identities (run.json), in order, so
   `runs=[a/,./b]` and `runs=[a,b]` are one report;
@@ -37,18 +37,18 @@ from typing import Any
 import yaml
 
 from tbx.config import Config, plain
-from tbx.durable import write_text
 from tbx.errors import ConfigError, InputError
+from tbx.process.durable import write_text
+from tbx.runs.stages import stage_named, stage_of
 from tbx.tasks.model import hash_json
 from tbx.tau2 import VERSION as TAU2_VERSION
 from tbx.tau2 import is_tau2
+from tbx.traits import traits_of
 
 
 def config_settings(value: Any, stage: str) -> Any:
     """The settings of `value` (a config dataclass) that count toward a `stage` run's identity: a field
     marked `STAGE_GROUP` counts only where the stage's registry entry names it in `uses`."""
-    from tbx.stages.registry import stage_named
-
     return _settings(value, stage_named(stage).uses)
 
 
@@ -75,7 +75,7 @@ def content_digest(path: str | None) -> str | None:
     if not target.exists():
         return "missing"
     if target.is_dir() and (any(target.glob("*.safetensors")) or any(target.glob("*.bin"))):
-        from tbx.vllm_weights import weights_fingerprint
+        from tbx.vllm.weights import weights_fingerprint
 
         return weights_fingerprint(target)  # model weights: reading every byte of 70B would take minutes
     store = target / "results.sqlite" if target.is_dir() else target
@@ -94,7 +94,6 @@ def content_digest(path: str | None) -> str | None:
 def stage_tasks(cfg: Config) -> list:
     """The tasks a stage plays (before sharding): its task set, or for training the pool's."""
     from tbx.catalog import load_manifest, manifest_tasks, resolve_tasks
-    from tbx.stages.registry import stage_of
 
     stage = stage_of(cfg)
     if stage.tasks_from_pool:
@@ -119,7 +118,7 @@ CODE_PARTS = {
 # rows.py: the row reads and writes a domain's tools share, where tools.py would be long (consulting); a
 # domain's task_parts.py needs no entry, since the content of every task it helps generate counts
 DOMAIN_PARTS = ("schema.py", "seed.py", "tools.py", "rows.py", "policy.md")
-PACKAGE = Path(__file__).parent
+PACKAGE = Path(__file__).parents[1]  # tbx/
 
 
 def files_hash(paths: list[Path]) -> str:
@@ -144,8 +143,6 @@ def code_versions(domains: set[str]) -> dict[str, str]:
 
 def compute_settings(cfg: Config, tasks: list | None = None) -> dict[str, Any]:
     """Everything the run's hash covers. `tasks`: the stage's resolved task list (read here if None)."""
-    from tbx.traits import traits_of
-
     settings = config_settings(cfg, cfg.stage.name)
     if "runs" in settings:  # a report of the same runs is the same report, however their paths are written
         settings["runs"] = [stored_identity(path) for path in cfg.runs]
@@ -214,7 +211,6 @@ def tasks_label(cfg: Config) -> str:
     """The task set a run's name shows: the `tasks` group's name, or for training the task set the pool
     was probed on (the pool manifest's), which `tasks=` does not choose."""
     from tbx.catalog import load_manifest
-    from tbx.stages.registry import stage_of
 
     if stage_of(cfg).tasks_from_pool:
         try:

@@ -1,7 +1,7 @@
 """Kept vLLM servers: one vLLM that many commands use, instead of one started (and waited for) per command.
 
 `python launch.py stage=serve_model` starts the `model` group's vLLM with exactly the flags a command
-would start it with (`tbx.vllm_spec`), detached in a session of its own, waits until it answers,
+would start it with (`tbx.vllm.spec`), detached in a session of its own, waits until it answers,
 labels its weights (`<model>@<fingerprint>`, as `tbx.policies.vllm.serve` does) and leaves a record
 `<model.server.kept_dir>/<flags hash>.json`: the URL, the process (host, pid, start time), the spec
 it was started with, the weights it was started with and its log. Then it exits; the server runs
@@ -38,9 +38,9 @@ from typing import IO, Any
 
 import httpx
 
-from tbx.durable import write_text
-from tbx.owner import Owner, process_owner
-from tbx.vllm_spec import ServeSpec
+from tbx.process.durable import write_text
+from tbx.process.owner import Owner, process_owner
+from tbx.vllm.spec import ServeSpec
 
 HEALTH_TIMEOUT_S = 5.0
 

@@ -20,7 +20,7 @@ A process keeps at most one server (`shared_server`): the stages of a pipeline (
 evaluate base and trained) reuse it, loading other weights of the same architecture in place
 (~1 s) instead of starting again (~1 min here). `VLLMServer.stop` signals the whole process group
 (SIGTERM, SIGKILL after a grace period) on every exit path; `stop_shared` runs at exit. A server
-`stage=serve_model` keeps (tbx/vllm_kept.py) is used instead of a new one when its start flags are
+`stage=serve_model` keeps (tbx/vllm/kept.py) is used instead of a new one when its start flags are
 the same; this process then only lets go of it at exit.
 
 Tests drive the failures a real server cannot be made to show (a worker that ignores SIGTERM, a
@@ -48,8 +48,8 @@ import httpx
 
 from tbx.config import EndpointConfig, ModelConfig
 from tbx.errors import InfraError
-from tbx.vllm_kept import Lease, take
-from tbx.vllm_spec import ENTRY, HOST, ServeSpec, build_vllm_command, server_environment
+from tbx.vllm.kept import Lease, take
+from tbx.vllm.spec import ENTRY, HOST, ServeSpec, build_vllm_command, server_environment
 
 LOG_TAIL_LINES = 40
 CONTROL_TIMEOUT_S = 300.0  # a weight reload of a large model from a network file system
@@ -299,7 +299,7 @@ def shared_server(spec: ServeSpec, *, ready_timeout_s: float = 900.0, log_dir: s
                   kept_dir: str | Path | None = None) -> VLLMServer:
     """This process's server for `spec`: the running one when its key matches (the caller loads its
     own weights), else the kept server of those flags in `kept_dir` when one runs and is free
-    (tbx/vllm_kept.py), else a new one (the old one is stopped first: one server per process)."""
+    (tbx/vllm/kept.py), else a new one (the old one is stopped first: one server per process)."""
     if _SHARED and _SHARED[0].spec.key == spec.key and _SHARED[0].alive():
         return _SHARED[0]
     stop_shared()

@@ -12,7 +12,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tbx.difficulty import Difficulty, validate_band_names, validate_edges
+from tbx.stats.difficulty import Difficulty, validate_band_names, validate_edges
 
 KEPT_COLOUR, DROPPED_COLOUR = "#2a9d8f", "#b0b0b0"
 

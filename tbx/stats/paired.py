@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tbx.metrics import Interval, jeffreys_interval, pass_at_k
+from tbx.stats.metrics import Interval, jeffreys_interval, pass_at_k
 
 RATES = ("pass_at_1", "pass_at_k", "observed_all")
 

@@ -1,5 +1,5 @@
 """What each stage's run function returns: a frozen record, declared in the stage's registry entry
-(`tbx/stages/registry.py`), with the status the process exits with (`exit_code`, 0 when it went well;
+(`tbx/runs/stages.py`), with the status the process exits with (`exit_code`, 0 when it went well;
 tbx/errors.py lists the others). launch.py reads that status; the pipeline reads the records of the stages
 it runs. A result a stage also writes as a file (summary.json, probe.json, regrade.json, train.json, the
 gate summary) is written from `to_json()`, in the keys and order that file has always had.

@@ -5,14 +5,17 @@ a later process can tell leftovers of a dead process from the work of a live one
 a pid that no longer runs, runs as a zombie, or runs a different program started at another time
 (a reused pid) is gone. A process on another host cannot be looked at; callers that share work
 across hosts pair the tag with a heartbeat (`tbx.store.claims`). psutil reads the process table
-portably (it already comes with wandb).
+portably (it already comes with wandb). `die_with_parent` ties a child's life to its parent's (the Ray
+daemons a job starts, verl's trainer).
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import re
+import signal
 import socket
 from dataclasses import dataclass
 
@@ -77,3 +80,14 @@ def this_process() -> Owner:
     if pid not in _cache:
         _cache[pid] = process_owner(pid)
     return _cache[pid]
+
+
+def die_with_parent() -> None:
+    """In the child before exec: SIGKILL when the job's process dies, even by SIGKILL (a cancelled
+    job; prctl PR_SET_PDEATHSIG, Linux). Ray's reaper, which `ray start --block` spawns, then kills
+    the daemons within about a second; a SIGTERM would first try to drain the node through a GCS
+    that may be gone (~30 s of time-outs, measured)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass

@@ -1,8 +1,10 @@
-"""Every stage, declared once: its run function and the record it returns, the config groups it uses, what it
-plays and loads, whether it shards, and the checks of its settings. The run's identity (`tbx/runs.py`), the config checks
-(`tbx/config_values.py`, `tbx/config_environment.py`), the job plan (`tbx/launch/`) and dispatch all read a stage's
-facts from here, so adding a stage is its module, one entry below and its option file `conf/stage/<name>.yaml`.
-(torchtune keeps one record per recipe the same way, `_recipe_registry.py`.)
+"""Every stage, declared once (the stage registry): its run function and the record it returns, the config
+groups it uses, what it plays and loads, whether it shards. The run's identity (`tbx/runs/identity.py`), the
+config checks (`tbx/config/values.py` STAGE_CHECKS, `tbx/stages/environment.py`), the job plan (`tbx/launch/`)
+and dispatch all read a stage's facts from here, so adding a stage is its module in tbx/stages/, one entry
+below and its option file `conf/stage/<name>.yaml` (and its value checks, if it has any, in STAGE_CHECKS).
+(torchtune keeps one record per recipe the same way, `_recipe_registry.py`.) It lives with the runs, below
+the stages' modules, since what a run is made of (its identity) is read from here.
 
 Light to import: a stage's module, and whatever it imports, is imported when the stage runs.
 """
@@ -14,10 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from tbx import config_environment as env
-from tbx import config_values as values
+from tbx.config import values
 from tbx.errors import ConfigError
-from tbx.stage_results import (
+from tbx.runs.results import (
     EvalResult,
     Finished,
     PipelineResult,
@@ -55,9 +56,7 @@ class Stage:
     tasks_from_pool: bool = False  # the tasks it plays are the pool manifest's (train.pool), not a task set
     shardable: bool = False  # launcher.shards > 1 splits its tasks over a job array sharing one store
     run_folder: bool = False  # it writes a run folder of its own (`out_root/<run name>`, or `run_dir=`)
-    checks: tuple[Check, ...] = ()  # pure checks of its values, run when the typed config is built
-    environment_checks: tuple[Check, ...] = ()  # checks that read the environment, run by check_config
-    result: type = Finished  # the frozen record `run` returns (tbx/stage_results.py), with its `exit_code`
+    result: type = Finished  # the frozen record `run` returns (tbx/runs/results.py), with its `exit_code`
 
     def __post_init__(self) -> None:
         if "exit_code" not in {f.name for f in fields(self.result)}:
@@ -67,46 +66,50 @@ class Stage:
         if self.loads_tasks and "tasks" not in self.uses:
             raise ValueError(f"stage {self.name} loads tasks: it uses the tasks group")
 
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        """Pure checks of its values, run when the typed config is built (tbx/config/values.py STAGE_CHECKS)."""
+        return values.STAGE_CHECKS.get(self.name, ())
+
     def function(self) -> Callable[[Config], StageResult]:
         module, _, name = self.run.partition(":")
         return getattr(importlib.import_module(module), name)
 
 
-EPISODE_CHECKS = (values.check_episode_limits, values.check_episode_timeouts)
 STAGES: dict[str, Stage] = {stage.name: stage for stage in (
     Stage("eval", "tbx.stages.eval:run_eval", "play every task's attempts, grade and store them",
           uses=("tasks", *POLICY, *PLAYED), plays_episodes=True, loads_tasks=True, shardable=True,
-          checks=(values.check_eval_counts, *EPISODE_CHECKS), run_folder=True, result=EvalResult),
+          run_folder=True, result=EvalResult),
     Stage("serve", "tbx.stages.serve:run_serve", "serve episodes over MCP to an agent outside tbx",
-          uses=("tasks", *PLAYED, "serve"), loads_tasks=True,
-          checks=(values.check_served_attempts, *EPISODE_CHECKS, values.check_serve),
-          environment_checks=(env.check_serve_token,), run_folder=True, result=EvalResult),
+          uses=("tasks", *PLAYED, "serve"), loads_tasks=True, run_folder=True, result=EvalResult),
     Stage("serve_model", "tbx.stages.serve_model:run_serve_model",
           "start the model's vLLM once and keep it for later commands", uses=("model", "seed"),
           result=ServeModelResult),
     Stage("regrade", "tbx.stages.regrade:run_regrade", "grade a run's stored episodes again",
           uses=("regrade",), result=RegradeResult),
     Stage("validate", "tbx.stages.validate:run_validate", "the admission gate for a task set",
-          uses=("tasks", "judge", "backend", "eval", "faults", "seed"), loads_tasks=True,
-          checks=(values.check_episode_timeouts,), result=ValidateResult),
+          uses=("tasks", "judge", "backend", "eval", "faults", "seed"), loads_tasks=True, result=ValidateResult),
     Stage("probe", "tbx.stages.probe:run_probe", "measure each task's success rate, adaptively",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe"), plays_episodes=True,
-          loads_tasks=True, shardable=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_bands),
+          loads_tasks=True, shardable=True,
           run_folder=True, result=ProbeResult),
     Stage("select", "tbx.stages.select:run_select", "freeze a probe's kept bands into a pool manifest",
-          uses=("difficulty", "pool", "select"), checks=(values.check_bands,), run_folder=True, result=PoolSelection),
+          uses=("difficulty", "pool", "select"), run_folder=True, result=PoolSelection),
     Stage("report", "tbx.stages.report:run_report", "compare stored runs: tables and figures",
           uses=("report", "runs"), run_folder=True, result=ReportResult),
-    Stage("view", "tbx.stages.view:run_view", "look at stored runs in the browser",
-          checks=(values.check_view,), environment_checks=(env.check_view_token,), result=ViewResult),
+    Stage("view", "tbx.stages.view:run_view", "look at stored runs in the browser", result=ViewResult),
     Stage("train", "tbx.stages.train:run_train", "GRPO on a pool's tasks",
           uses=(*POLICY, *PLAYED, "pool", "grpo", "train"), plays_episodes=True, tasks_from_pool=True,
-          checks=(values.check_episode_timeouts, values.check_grpo), run_folder=True, result=TrainResult),
+          run_folder=True, result=TrainResult),
     Stage("pipeline", "tbx.stages.pipeline:run_pipeline", "probe, select, train, evaluate and report",
           uses=("tasks", *POLICY, *PLAYED, "difficulty", "pool", "probe", "grpo", "pipeline"), plays_episodes=True,
-          loads_tasks=True, checks=(*EPISODE_CHECKS, values.check_probe, values.check_grpo,
-                                    values.check_pipeline, values.check_bands), result=PipelineResult),
+          loads_tasks=True, result=PipelineResult),
 )}
+
+
+if not set(values.STAGE_CHECKS) <= set(STAGES):  # the config's table of value checks names stages only
+    raise ValueError(f"tbx/config/values.py STAGE_CHECKS names {sorted(set(values.STAGE_CHECKS) - set(STAGES))}, "
+                     "not stages")
 
 
 def stage_named(name: str) -> Stage:

@@ -24,8 +24,8 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
-from tbx.difficulty import DEFAULT_EDGES, assign_band, band_masses, check_counts
-from tbx.pool import FULL_PARAM, PoolStrategy, kept_bands
+from tbx.stats.difficulty import DEFAULT_EDGES, assign_band, band_masses, check_counts
+from tbx.stats.pool import FULL_PARAM, PoolStrategy, kept_bands
 
 Strategies = PoolStrategy | Sequence[PoolStrategy]
 

@@ -275,7 +275,7 @@ def _domain_policy(domain: str) -> str:
 def _tool_schemas(domain: str, allowed: tuple[str, ...]) -> str:
     """The tool schemas an agent of `domain` is listed over MCP, as JSON text (no database needed)."""
     from tbx.domains import get_domain
-    from tbx.preemption import run_loop
+    from tbx.process.preemption import run_loop
     from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 
     specs = [spec for spec in get_domain(domain).tools if not allowed or spec.name in allowed]

@@ -3,11 +3,12 @@ runs `check_values`, so `OmegaConf.to_object` (launch.py's `config_object`) refu
 stage sees it; enumerations are Enum fields of the schema and fail earlier still, at compose time.
 
 Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`):
-`check_values` runs the checks every stage shares, then the stage's own, listed in its `checks`
-(tbx/stages/registry.py). Each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what needs the
-environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/config_checks.py`'s, and so is the
-turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the endpoints a run
-calls.
+`check_values` runs the checks every stage shares, then the stage's own, listed by stage name in
+`STAGE_CHECKS` (the config sits below the stages, so it names them; tbx/runs/stages.py checks that each
+name is a stage, and refuses an unknown stage). Each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what
+needs the environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/stages/environment.py`'s,
+and so is the turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the
+endpoints a run calls.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from tbx.config import Config, EndpointConfig
 
 CONFIG = "conf/config.yaml"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")  # bind addresses that need no bearer token (serve, view)
 _AGENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # it names the run folder
 
 
@@ -72,14 +74,12 @@ def expand_paths(node: Any) -> None:
 
 def check_values(cfg: Config) -> None:
     """Raise the first mistake among the values this stage uses, as a ConfigError: the checks every stage
-    shares, then the stage's own (its `checks` in tbx/stages/registry.py)."""
-    from tbx.stages.registry import stage_of
-
+    shares, then the stage's own (`STAGE_CHECKS`)."""
     if cfg.backend.kind == "postgres" and not cfg.backend.url:
         raise fail(cfg, "backend.url", "is empty", "give backend.url=postgresql+psycopg://USER@HOST:PORT/DB")
     if cfg.eval.workers is not None:  # every campaign stage, and the prepared-task cache, spread over them
         _at_least(cfg, "eval.workers", 1)
-    for check in stage_of(cfg).checks:
+    for check in STAGE_CHECKS.get(cfg.stage.name, ()):
         check(cfg)
 
 
@@ -179,8 +179,6 @@ def check_serve(cfg: Config) -> None:
         raise fail(cfg, "serve.port", f"is {serve.port}", "give a port in 0..65535 (0: any free port)")
     if not serve.idle_timeout_s > 0:
         raise fail(cfg, "serve.idle_timeout_s", f"is {serve.idle_timeout_s}", "give a positive number of seconds")
-    from tbx.serve import LOOPBACK
-
     if serve.transport == "http" and serve.host not in LOOPBACK and not serve.token_env:
         raise fail(cfg, "serve.token_env", f"is not set, but serve.host={serve.host} is reachable from other "
                    "machines", "export a token in a variable and name it: serve.token_env=TBX_SERVE_TOKEN "
@@ -188,8 +186,6 @@ def check_serve(cfg: Config) -> None:
 
 
 def check_view(cfg: Config) -> None:
-    from tbx.serve import LOOPBACK
-
     view = cfg.view
     if not 0 <= view.port <= 65535:
         raise fail(cfg, "view.port", f"is {view.port}", "give a port in 0..65535 (0: any free port)")
@@ -203,8 +199,8 @@ def check_view(cfg: Config) -> None:
 
 def check_bands(cfg: Config) -> None:
     """Band edges sorted from 0 to 1, one name per band, and every pool range end on an edge."""
-    from tbx.difficulty import validate_band_names, validate_edges
-    from tbx.pool import PoolStrategy, kept_bands
+    from tbx.stats.difficulty import validate_band_names, validate_edges
+    from tbx.stats.pool import PoolStrategy, kept_bands
 
     try:
         edges = validate_edges(cfg.difficulty.edges)
@@ -218,3 +214,18 @@ def check_bands(cfg: Config) -> None:
         kept_bands(PoolStrategy(cfg.pool.name, tuple(tuple(r) for r in cfg.pool.keep_ranges)), edges)
     except ConfigError as exc:
         raise fail(cfg, "pool.keep_ranges", exc.problem, exc.fix) from None
+
+
+_EPISODE_CHECKS = (check_episode_limits, check_episode_timeouts)
+# Each stage's own checks of the values it uses, by stage name (a stage of tbx/runs/stages.py, which checks
+# the names; a stage not named here has none): the config is below the stages, so it names them, never imports them.
+STAGE_CHECKS: dict[str, tuple] = {
+    "eval": (check_eval_counts, *_EPISODE_CHECKS),
+    "serve": (check_served_attempts, *_EPISODE_CHECKS, check_serve),
+    "validate": (check_episode_timeouts,),
+    "probe": (*_EPISODE_CHECKS, check_probe, check_bands),
+    "select": (check_bands,),
+    "view": (check_view,),
+    "train": (check_episode_timeouts, check_grpo),
+    "pipeline": (*_EPISODE_CHECKS, check_probe, check_grpo, check_pipeline, check_bands),
+}

@@ -113,7 +113,7 @@ def open_sink(logger: LoggerConfig, run_dir: Path, name: str, group: str, job_ty
 def stage_sink(cfg: Config, run_dir: Path) -> Iterator[Sink]:
     """The run's sink, named like its folder, grouped by `logger.group` (by default its identity); finished in
     every case."""
-    from tbx.runs import run_identity, run_name
+    from tbx.runs.identity import run_identity, run_name
 
     group = cfg.logger.group or run_identity(cfg)
     sink = open_sink(cfg.logger, run_dir, run_name(cfg), group, cfg.stage.name, safe_config(cfg))

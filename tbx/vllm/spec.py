@@ -1,6 +1,6 @@
 """What a vLLM server is started with: the spec, the interpreter, the command line (pure, apart from
 reading the model's config.json and the environment). The flags and why each is there are in
-tbx/vllm_server.py's docstring and docs/models.md."""
+tbx/vllm/server.py's docstring and docs/models.md."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def vllm_python(server: ServerConfig) -> str:
                 raise ConfigError("config", "model.server.python", f"{candidate} (from {source}) does not exist",
                                   "give the python of a venv with vLLM installed")
             return candidate
-    checkout = Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"
+    checkout = Path(__file__).resolve().parents[2] / ".venv-vllm" / "bin" / "python"
     if checkout.is_file():
         return str(checkout)
     import importlib.util

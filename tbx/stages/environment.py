@@ -2,9 +2,9 @@
 (`check_config`): the endpoints the run will call (URL, model, the key's environment variable: its name, never
 its value), a W&B login for online logging, the served agent's or viewer's token variable, the task path and
 domains, a pool manifest's finetune, an installed vLLM. Each is checked only where the stage uses it (its
-registry entry, tbx/stages/registry.py), and each mistake is one `ConfigError` naming the file, the field and
-the fix. The composition checks before it are tbx/config_checks.py's; the values a type cannot express,
-tbx/config_values.py's.
+registry entry, tbx/runs/stages.py; a stage's own checks are listed by its name in `ENVIRONMENT_CHECKS`), and
+each mistake is one `ConfigError` naming the file, the field and the fix. The composition checks before it
+are tbx/config/checks.py's; the values a type cannot express, tbx/config/values.py's.
 
 Reads the environment only: does the task path exist, is the key's variable set, is there a W&B login.
 """
@@ -14,29 +14,24 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tbx.config import Config, EndpointConfig
-from tbx.config_values import check_turn_timeout, fail, value_of
-from tbx.durable import check_folder_path
+from tbx.config.values import check_turn_timeout, fail, value_of
 from tbx.errors import ConfigError, InputError
+from tbx.process.durable import check_folder_path
+from tbx.runs.stages import Stage, stage_of
 from tbx.traits import traits_of
-
-if TYPE_CHECKING:
-    from tbx.stages.registry import Stage
 
 
 def check_config(cfg: Config) -> None:
     """Raise the first mistake among the settings this stage uses that needs the environment, as a
     ConfigError (the values themselves were checked when the typed config was built)."""
-    from tbx.stages.registry import stage_of
-
     stage = stage_of(cfg)
     if cfg.logger.kind == "wandb" and cfg.logger.mode == "online" and not _wandb_login():
         raise fail(cfg, "logger.mode", "is online, but WANDB_API_KEY is not set and ~/.netrc holds no W&B login",
                    "export WANDB_API_KEY=<key> (or run `wandb login`), or log offline: logger=wandb_offline")
     _check_path_kinds(cfg)
-    for check in stage.environment_checks:
+    for check in ENVIRONMENT_CHECKS.get(stage.name, ()):
         check(cfg)
     if stage.loads_tasks:
         _check_tasks(cfg)
@@ -108,7 +103,7 @@ def _check_engine(cfg: Config, stage: Stage) -> None:
     check_turn_timeout(cfg, cfg.model.endpoint)
     if cfg.model.endpoint.base_url:
         return
-    from tbx.vllm_spec import vllm_python
+    from tbx.vllm.spec import vllm_python
 
     try:
         vllm_python(cfg.model.server)
@@ -193,3 +188,7 @@ def _check_endpoint(cfg: Config, key: str, endpoint: EndpointConfig) -> None:
     if variable and not os.environ.get(variable):
         raise fail(cfg, f"{key}.api_key_env", f"names the environment variable {variable}, which is not set",
                     f"export {variable}=<key> before launching, or {key}.api_key_env=null for a server without a key")
+
+
+# The checks of one stage's own settings that read the environment, by stage name (run by check_config).
+ENVIRONMENT_CHECKS = {"serve": (check_serve_token,), "view": (check_view_token,)}

@@ -16,7 +16,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from tbx.durable import write_bytes
+from tbx.process.durable import write_bytes
 
 PANELS = (
     ("train/reward_mean", "reward mean"),
