@@ -4,6 +4,7 @@ database hash and communicate evaluator), never tbx's."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from functools import cache
 
 import pytest
@@ -27,7 +28,7 @@ LIMITS = episode_limits(Config())
 @cache
 def runtimes(source: str) -> dict:
     """Every task of `source` (τ²'s base set), prepared."""
-    backend = make_backend("sqlite", None, "/tmp/tbx-tau2-tests")
+    backend = make_backend("sqlite", None, tempfile.mkdtemp(prefix="tbx-tau2-tests-"))  # this process's own
     return {task.id: prepare_task(task, backend) for task in tau2_tasks(source, "base")}
 
 

@@ -1,11 +1,17 @@
 """τ²'s tasks played in tbx get τ²'s verdicts: the gold actions pass every task of every split, the do-nothing
 agent's verdicts are τ²'s on every task, every single-fault mutation of a write (replayed through
 `policy=replay`) gets the verdict τ²'s own code gives the same actions, and τ²'s full evaluator (transcript
-replay) agrees with tbx's verdict on stored transcripts."""
+replay) agrees with tbx's verdict on stored transcripts.
+
+The test command plays the gold actions on every task and the other comparisons on a fixed sample of each
+domain's tasks (every SAMPLE_STRIDE-th, about 15 tasks a domain: τ²'s side rebuilds its whole database for
+each verdict). TBX_TAU2_ALL=1 plays them on every task, as docs/tau2.md's figures were measured:
+`TBX_TAU2_ALL=1 .venv/bin/python -m pytest tests/tau2/test_verdicts.py`."""
 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -19,7 +25,16 @@ from tbx.tau2.tasks import SAY_PREFIX, tau2_record
 from .conftest import play, runtimes, tau2_communicate, tau2_reward
 
 pytestmark = pytest.mark.slow
+SAMPLE_STRIDE = {"tau2_airline": 5, "tau2_retail": 8}
 SPLIT_SIZES = {"tau2_airline": {"train": 30, "test": 20}, "tau2_retail": {"train": 74, "test": 40}}
+
+
+def _chosen(source: str) -> dict:
+    """The tasks a comparison plays: every task with TBX_TAU2_ALL=1, else every SAMPLE_STRIDE-th one."""
+    tasks = runtimes(source)
+    if os.environ.get("TBX_TAU2_ALL") == "1":
+        return tasks
+    return {task_id: tasks[task_id] for task_id in list(tasks)[::SAMPLE_STRIDE[source]]}
 
 
 def _said(record) -> list[str]:
@@ -41,13 +56,16 @@ def test_gold_actions_pass_every_task_of_every_split(source):
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
-def test_do_nothing_verdicts_are_tau2s_on_every_task(source):
-    results = play([(runtime, 0) for runtime in runtimes(source).values()], NullPolicy())
+def test_do_nothing_verdicts_are_tau2s(source):
+    chosen = _chosen(source)
+    results = play([(runtime, 0) for runtime in chosen.values()], NullPolicy())
     passed = {r.task_id for r in results if r.outcome is Outcome.SUCCESS}
     assert all(r.outcome in (Outcome.SUCCESS, Outcome.FAILURE) for r in results)
     tau2_passed = {r.task_id for r in results if tau2_reward(r.task_id, [], [DONE]) == 1.0}
     assert passed == tau2_passed
-    assert len(passed) == {"tau2_airline": 19, "tau2_retail": 7}[source]  # τ²'s do-nothing passes (docs/tau2.md)
+    if len(chosen) == len(runtimes(source)):
+        assert len(passed) == {"tau2_airline": 19, "tau2_retail": 7}[source]  # τ²'s do-nothing passes (docs/tau2.md)
+    print(f"{source}: {len(chosen)} tasks, {len(passed)} pass doing nothing, as τ²'s own verdicts")
 
 
 def _write_tools(source):
@@ -64,8 +82,8 @@ def _sample(found):
 
 
 @pytest.mark.parametrize("source", sorted(SOURCES))
-def test_write_mutations_of_every_task_get_tau2s_verdict(source, tmp_path):
-    tasks = runtimes(source)
+def test_write_mutations_get_tau2s_verdict(source, tmp_path):
+    tasks = _chosen(source)
     records = {task_id: tau2_record(task_id) for task_id in tasks}
     values, writes = argument_values(records.values()), _write_tools(source)
     cases, lines = [], []
@@ -75,7 +93,10 @@ def test_write_mutations_of_every_task_get_tau2s_verdict(source, tmp_path):
             steps += [{"say": text} for text in _said(record)]
             lines.append(json.dumps({"task_id": task_id, "attempt": attempt, "steps": steps}))
             cases.append((task_id, attempt, mutant))
-    assert len({task_id for task_id, _, _ in cases}) == {"tau2_airline": 30, "tau2_retail": 105}[source]
+    with_writes = {task_id for task_id, _, _ in cases}
+    if len(tasks) == len(runtimes(source)):
+        assert len(with_writes) == {"tau2_airline": 30, "tau2_retail": 105}[source]
+    assert len(with_writes) >= len(tasks) // 2
     path = tmp_path / "mutants.jsonl"
     path.write_text("\n".join(lines) + "\n")
     results = play([(tasks[task_id], attempt) for task_id, attempt, _ in cases], ReplayPolicy(str(path)))
@@ -94,11 +115,11 @@ def test_write_mutations_of_every_task_get_tau2s_verdict(source, tmp_path):
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_tau2s_full_evaluator_agrees_on_stored_transcripts(source, tmp_path):
     """τ²'s own evaluator (transcript replay on new environments, `stage=regrade`'s) on the transcripts tbx
-    stored: the gold run and a mutant of each of the first tasks with a write."""
+    stored: the gold run and a mutant of each of the first three tasks with a write."""
     tasks = runtimes(source)
     records = {task_id: tau2_record(task_id) for task_id in tasks}
     writes, values = _write_tools(source), argument_values(records.values())
-    chosen = [task_id for task_id in tasks if mutants(records[task_id], writes, values)][:6]
+    chosen = [task_id for task_id in tasks if mutants(records[task_id], writes, values)][:3]
     lines = []
     for task_id in chosen:
         mutant = mutants(records[task_id], writes, values)[-1]

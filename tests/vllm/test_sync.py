@@ -52,7 +52,7 @@ def one_update(policy: TrainablePolicy, ids: tuple[int, ...], target: tuple[int,
 def test_a_full_parameter_sync_makes_the_server_answer_as_the_trained_model(smollm2_vllm, smollm2_directory,
                                                                              tmp_path):
     """The production path: the tied SmolLM2 trained, its step written with its output layer beside it
-    (tbx/vllm_weights.py), reloaded into the server that serves its serving copy."""
+    (tbx/vllm/weights.py), reloaded into the server that serves its serving copy."""
     from tbx.policies.hf_model import load_directory
 
     model_cfg = attached(smollm2_vllm, temperature=0.0, max_new_tokens=16, path=str(smollm2_directory))
