@@ -16,7 +16,11 @@ if [ "${TBX_SKIP_VLLM:-0}" = 1 ]; then
   VERL_TESTS=0
 fi
 status=0
-.venv/bin/python -m pytest -m "not verl" --durations=15 "$@" || status=$?  # the 15 slowest, for the time budget
+# Two test processes (pytest-xdist; TBX_TEST_WORKERS=0 runs them in this one), each test file whole in one of
+# them: on 2 cores the suite waits on subprocesses and services most of the time, and one long process slows
+# down as its heap grows (its garbage collections walk every object the earlier tests left).
+WORKERS=${TBX_TEST_WORKERS:-2}
+.venv/bin/python -m pytest -m "not verl" -n "$WORKERS" --dist loadfile --durations=15 "$@" || status=$?  # the 15 slowest, for the time budget
 if [ "$VERL_TESTS" = 1 ]; then
   echo "[test] the verl suite in .venv-vllm"
   .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider --durations=5 "$@" || status=$?

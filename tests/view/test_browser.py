@@ -102,16 +102,16 @@ def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Pa
     driver.get(viewer)
     assert driver.find_element(By.CSS_SELECTOR, "#run-1 h2").text.startswith("trained")
     shot(driver, tmp_path, "runs")
-    driver.find_element(By.CSS_SELECTOR, "#run-1 a.attempts-link").click()
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#run-1 a.attempts-link"))
     assert "6 of 6 attempts" in driver.find_element(By.ID, "count").text
     Select(driver.find_element(By.ID, "outcome")).select_by_visible_text("failure")
-    driver.find_element(By.ID, "apply").click()
+    follow(driver, driver.find_element(By.ID, "apply"))
     assert driver.find_element(By.ID, "count").text == "2 of 6 attempts"
     rows = driver.find_elements(By.CSS_SELECTOR, "tr.row")
     assert [r.get_attribute("class") for r in rows] == ["row failure", "row failure"]
     shot(driver, tmp_path, "attempts_failures")
 
-    driver.find_element(By.CSS_SELECTOR, "a.episode-link").click()
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "a.episode-link"))
     side_effect = driver.find_element(By.CSS_SELECTOR, "table.rowdiff.side-effect")
     assert side_effect.find_element(By.CSS_SELECTOR, ".extra-mark").text == "extra side effect"
     changed = side_effect.find_element(By.CSS_SELECTOR, "tr.changed").text
@@ -119,8 +119,8 @@ def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Pa
     assert len(driver.find_elements(By.CSS_SELECTOR, "table.rowdiff")) == 2  # what was asked, and the extra
     shot(driver, tmp_path, "episode")
 
-    driver.find_element(By.ID, "nav-runs").click()
-    driver.find_element(By.CSS_SELECTOR, ".compare-links a").click()
+    follow(driver, driver.find_element(By.ID, "nav-runs"))
+    follow(driver, driver.find_element(By.CSS_SELECTOR, ".compare-links a"))
     flipped = driver.find_elements(By.CSS_SELECTOR, "tr.task-row.flipped")
     assert sorted(r.get_attribute("data-task") for r in flipped) == ["mock/transfer/20", "mock/transfer/5"]
     assert "2 of 3 shared tasks changed" in driver.find_element(By.ID, "flips").text
@@ -131,12 +131,36 @@ def test_click_through_failures_episode_and_compare(driver, viewer, tmp_path: Pa
         assert grid == {"base": ["cell failure"] * 2, "trained": ["cell success"] * 2}
         assert row.find_element(By.CSS_SELECTOR, "tr.numbers").text.split() == ["1", "2"]
     shot(driver, tmp_path, "compare")
-    flipped[0].find_element(By.CSS_SELECTOR, "a.pair-link").click()
+    follow(driver, flipped[0].find_element(By.CSS_SELECTOR, "a.pair-link"))
     sides = driver.find_elements(By.CSS_SELECTOR, ".side")
     assert len(sides) == 2
     outcomes = [s.find_element(By.CSS_SELECTOR, "#outcome-value .outcome").text for s in sides]
     assert outcomes == ["failure", "success"]
     shot(driver, tmp_path, "pair")
+
+
+def follow(driver, element) -> None:
+    """Click a link or submit button and wait until the next page has replaced this one (a click returns
+    before the browser has loaded the page it leads to)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 30).until(lambda d: d.execute_script("return document.readyState") == "complete")
+
+
+def _attempt_numbers(driver) -> list[str] | None:
+    """The attempt column of the page's rows; None while the page is being replaced (the old rows go stale)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        return [r.find_elements(By.TAG_NAME, "td")[3].text for r in driver.find_elements(By.CSS_SELECTOR, "tr.row")]
+    except StaleElementReferenceException:
+        return None
 
 
 def test_a_failing_check_shows_what_the_row_holds(driver, runs, viewer, tmp_path: Path) -> None:
@@ -148,15 +172,17 @@ def test_a_failing_check_shows_what_the_row_holds(driver, runs, viewer, tmp_path
     stored_cause = base.record("mock/transfer/5", 0).cause
     base.close()
     driver.get(viewer)
-    driver.find_element(By.CSS_SELECTOR, "#run-0 a.attempts-link").click()  # base: the null agent
+    follow(driver, driver.find_element(By.CSS_SELECTOR, "#run-0 a.attempts-link"))  # base: the null agent
     driver.find_element(By.ID, "search").send_keys("transfer/5")
-    driver.find_element(By.ID, "apply").click()
+    follow(driver, driver.find_element(By.ID, "apply"))
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 30).until(lambda d: _attempt_numbers(d) == ["1", "2"])  # the filtered page (attempts from 1)
     rows = driver.find_elements(By.CSS_SELECTOR, "tr.row")
-    assert [r.find_elements(By.TAG_NAME, "td")[3].text for r in rows] == ["1", "2"]  # attempts from 1
     cause = rows[0].find_element(By.CSS_SELECTOR, "td.cause")
     assert len(stored_cause) > 200 and cause.text == stored_cause  # whole, where 160 characters were shown
     assert cause.size["height"] > 3 * 16 and cause.size["width"] <= 540  # it wraps in its column
-    rows[0].find_element(By.CSS_SELECTOR, "a.episode-link").click()
+    follow(driver, rows[0].find_element(By.CSS_SELECTOR, "a.episode-link"))
     assert driver.find_element(By.TAG_NAME, "h1").text.endswith("attempt 1 · base")
     failing = [c for c in driver.find_elements(By.CSS_SELECTOR, ".check.fail") if "expected[0]" in c.text][0]
     header = [th.text for th in failing.find_elements(By.CSS_SELECTOR, "thead th")]
