@@ -22,6 +22,7 @@ from tbx.config.checks import composition_error
 from tbx.errors import ConfigError, TaskFormatError
 from tbx.process.durable import check_writable
 from tbx.tasks.loader import load_task
+from tests.launch import ctrl_c_reaches_it
 from tests.stages.test_eval_regrade import make_cfg, run
 from tests.test_runs import nickname_task
 
@@ -140,7 +141,7 @@ def test_ctrl_c_mid_eval_is_one_line_and_resumes(tmp_path):
     log = tmp_path / "log.txt"
     with log.open("w") as handle:
         proc = subprocess.Popen([sys.executable, "launch.py", *args], stdout=handle, stderr=subprocess.STDOUT,
-                                cwd=ROOT, env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                                cwd=ROOT, env={**os.environ, "PYTHONFAULTHANDLER": "1"}, preexec_fn=ctrl_c_reaches_it)
         deadline = time.monotonic() + 240
         while not started.exists() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)

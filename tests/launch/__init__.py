@@ -10,6 +10,7 @@ mid-episode, however loaded the machine.
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -85,3 +86,9 @@ class GatedCoinPolicy(Policy):
 
     def agent(self, context):
         return _GatedAgent(self.coin.agent(context), self.started, self.gate)
+
+
+def ctrl_c_reaches_it() -> None:
+    """In the child before it runs: SIGINT's default action, as in a terminal. A test session started in the
+    background (`cmd &`, nohup) ignores SIGINT, a child inherits that, and Python then leaves it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -200,11 +200,12 @@ def test_ctrl_c_stops_the_viewer_with_one_line_and_no_resume_message(runs) -> No
     import subprocess
     import sys
 
+    from tests.launch import ctrl_c_reaches_it
     from tests.serve.served import ROOT
 
     proc = subprocess.Popen([sys.executable, str(ROOT / "launch.py"), "stage=view", f"runs=[{runs[0].run_dir}]",
                              "view.port=0", "logger=none"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT)
+                            cwd=ROOT, preexec_fn=ctrl_c_reaches_it)
     try:
         assert "Ctrl-C stops it" in proc.stdout.readline()  # listening: the signal lands in the served loop
         proc.send_signal(signal.SIGINT)
