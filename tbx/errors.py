@@ -1,7 +1,8 @@
 """The error taxonomy.
 
 An agent's mistake is a *failure* (reward 0). Everything below is not the agent's fault and is
-accounted separately: never scored 0, never a success (see SPEC §1, peer-benchmarks §5.4).
+accounted separately: never scored 0, never a success, and left out of every rate's denominator, so
+an outage cannot pass for a weak agent (docs/guarantees.md, "How an episode ends").
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def test_summarize_rejects_unplaced_tasks_and_empty_input() -> None:
 
 
 def reference_counts() -> list[int]:
-    """Per-task success counts consistent with the published base model (SPEC §5).
+    """Per-task success counts consistent with the published base model (docs/evaluation.md).
 
     507 tasks: 54 never solved, 38 at 20/20, and 415 in 1..19. 54 + 38 + 415 = 507 and
     507 - 54 = 453 tasks solved at least once. The 415 must hold 5,242 - 38 * 20 = 4,482

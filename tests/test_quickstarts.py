@@ -1,5 +1,5 @@
 """The README's quick starts hold: the example task passes the gate and the oracle, and the reference
-recipe's experiments compose into the recipe (SPEC §3-4) on the hardware the README names."""
+recipe's experiments compose into the recipe (docs/training.md) on the hardware the README names."""
 
 from tests.launch import compose_cfg
 from tests.stages.test_eval_regrade import ROOT, make_cfg, run

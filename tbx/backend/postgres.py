@@ -1,10 +1,9 @@
 """PostgreSQL: a template database per task, `CREATE DATABASE ... TEMPLATE` per episode.
 
-The server copies the template's files (~300 files, ~7.5 MB, mostly catalogs), so a clone costs
-about as much as creating an empty database instead of rebuilding schema and rows. Measured on
-the 2-core VM with `scripts/pg_local.sh` (fsync off): ~9 ms per clone with the data directory on
-tmpfs, 25-300 ms on the ext4 disk (file creation is the cost). That is the price of one or two
-connections, so there is no pool of pre-made clones. Two rules of the server shape this module:
+The server copies the template's files (mostly catalogs), so a clone costs about as much as
+creating an empty database instead of rebuilding schema and rows: about the price of one or two
+connections, so there is no pool of pre-made clones (figures: docs/benchmarks.md, "Measurements
+behind design choices"). Two rules of the server shape this module:
 
 - `CREATE DATABASE` cannot run in a transaction: admin statements go through an AUTOCOMMIT
   engine connected to the URL's own database (usually `postgres`), never to a template.
@@ -17,8 +16,8 @@ connections, so there is no pool of pre-made clones. Two rules of the server sha
 Building races between processes are settled by the rename: the loser's `ALTER DATABASE ...
 RENAME` fails because the name is taken, and it drops its own copy. An episode's tool calls share
 one connection, opened at its first call and closed when the episode database is dropped (a reconnect
-per call cost ~2-6 ms); the grader's reader connects on its own. Every engine shares one dialect and
-compiled-statement cache (`tbx.backend.engines`).
+per call would add a connection's cost to every call); the grader's reader connects on its own. Every
+engine shares one dialect and compiled-statement cache (`tbx.backend.engines`).
 
 Episode and build databases carry their owner process in their names (`tbx.process.owner`); a new backend
 connects at once (an unreachable `backend.url` is a `ConfigError`, one line) and drops the ones of
@@ -125,8 +124,8 @@ class PostgresBackend(Backend):
         """Wait (briefly) until no session is on `name`.
 
         A server process lingers for about a millisecond after its client disconnects; DROP,
-        RENAME and CREATE ... TEMPLATE that meet it sleep 100 ms before looking again. Polling
-        here cut a drop after the episode's last query from ~106 ms to ~9 ms. After `timeout`
+        RENAME and CREATE ... TEMPLATE that meet it sleep 100 ms before looking again; polling
+        here spares a drop right after the episode's last query that sleep. After `timeout`
         the statement runs anyway and the server's own wait (and FORCE) takes over.
         """
         deadline = time.monotonic() + timeout

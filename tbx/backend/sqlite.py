@@ -1,8 +1,8 @@
 """SQLite: the embedded default. A template file per task, a file copy per episode.
 
-Measured here (see README): a file copy of a ~100 KB template and a new engine cost well under a
-millisecond, cheaper than rebuilding the schema (tens of ms) and as cheap as the backup API into
-`:memory:`, while leaving a real file that the grader opens through its own connection.
+A file copy of the template and a new engine are cheaper than rebuilding the schema and as cheap as
+the backup API into `:memory:`, while leaving a real file that the grader opens through its own
+connection (figures: docs/benchmarks.md, "Measurements behind design choices").
 
 Each backend keeps its episode files in a folder named after its owner process (`tbx.process.owner`), and a
 new backend removes the folders (and half-built templates) of processes on this host that are gone,

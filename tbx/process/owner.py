@@ -86,7 +86,7 @@ def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the job's process dies, even by SIGKILL (a cancelled
     job; prctl PR_SET_PDEATHSIG, Linux). Ray's reaper, which `ray start --block` spawns, then kills
     the daemons within about a second; a SIGTERM would first try to drain the node through a GCS
-    that may be gone (~30 s of time-outs, measured)."""
+    that may be gone, waiting out its time-outs."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:

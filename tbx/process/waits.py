@@ -36,7 +36,7 @@ async def bounded(awaitable: Awaitable[T], timeout_s: float | None, error: type[
 class _Workers:
     """Daemon threads reused for blocking calls: an idle one takes the next call, a new one starts when
     none is idle (so a call that hangs keeps its own thread and never holds up the others), and one
-    idle for `IDLE_S` ends. Starting a thread per call cost ~4 ms on a loaded 2-core machine."""
+    idle for `IDLE_S` ends. A thread per call would add its start to every tool call."""
 
     IDLE_S = 30.0
 

@@ -12,7 +12,7 @@ Every turn's prompt starts with the same long prefix (system policy, tools, demo
 ~1,000 tokens for the easy training domains). `shared_prefix_logprobs` runs that prefix once
 per micro-batch, with gradient, and the rows' own suffixes on its key/value cache; the function
 the model computes, and so the gradient, is the same as running every full sequence, at a
-fraction of the tokens (measured: 13 turns of ~1,150 tokens, 15k tokens -> ~6k), and the
+fraction of the tokens (docs/benchmarks.md, "Measurements behind design choices"), and the
 vocabulary-sized logits exist only for the suffixes.
 """
 

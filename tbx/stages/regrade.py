@@ -1,5 +1,5 @@
 """stage=regrade: recompute every stored verdict from the stored terminal state, without
-re-running any episode (peer-benchmarks §5.8: versioned, re-gradable results).
+re-running any episode, so results stay re-gradable when the grader changes.
 
 Each stored episode holds the tables that changed; the run folder holds each task's initial state
 and expected changes. A τ²-bench episode is graded again by τ²'s own evaluator, which replays the stored

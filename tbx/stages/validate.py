@@ -3,10 +3,10 @@
 A task is admitted when it loads (schema), its reference solution passes, the null agent fails,
 and every single-fault mutation of its reference (a write dropped, a value wrong, one extra
 write elsewhere) fails. On τ²-bench's tasks the gate reports which tasks it would refuse and why
-(a do-nothing agent passes them: airline 19 of 50, retail 7 of 114); their splits keep them. τ²-bench shipped 22 of 50 airline tasks that a do-nothing agent passes
-(peer-benchmarks §5.2); this gate keeps such tasks out. A mutation that leaves exactly the
-reference's changes (dropping a verification that failed and so wrote nothing) is equivalent:
-counted apart, not a miss. Run it on your own files too:
+(a do-nothing agent passes some; the figures are in docs/tau2.md, "The admission gate on τ²"); their
+splits keep them. A task a do-nothing agent passes measures nothing, so this gate keeps such tasks
+out of tbx's own sets. A mutation that leaves exactly the reference's changes (dropping a
+verification that failed and so wrote nothing) is equivalent: counted apart, not a miss. Run it on your own files too:
 
     python launch.py stage=validate tasks=files tasks.path=my_tasks/ summary_path=gate.json
 

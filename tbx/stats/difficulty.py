@@ -1,9 +1,9 @@
 """Difficulty of a task relative to the policy: Jeffreys posterior over its success rate.
 
 For k successes in n attempts that reached a verdict (errors excluded: they are not the agent's
-fault, SPEC §1) the policy's success rate gets the Jeffreys posterior Beta(k+½, n−k+½). The
+fault) the policy's success rate gets the Jeffreys posterior Beta(k+½, n−k+½). The
 unit interval is cut into difficulty bands by `edges`; a task belongs to the band holding the
-most posterior mass (SPEC §3). Everything here is a pure function of (k, n, edges).
+most posterior mass (docs/training.md). Everything here is a pure function of (k, n, edges).
 
 Default bands (edges 0, 0.08, 0.30, 0.60, 0.90, 1), named for how often the policy solves the
 task: "rarely" [0, 0.08), "hard" [0.08, 0.30), "medium" [0.30, 0.60), "often" [0.60, 0.90),

@@ -3,7 +3,8 @@
 pass@1 is the mean success over attempts that reached a verdict: error outcomes and exclusions
 are reported beside it, never counted as failures; `abandoned` (a served agent left mid-task) is a
 verdict, a failure with its own count. Coverage (pass@k, solved at least once) and
-repeatability (observed k/k, pass^k) are reported together, never one alone (SPEC §7).
+repeatability (observed k/k, pass^k) are reported together, never one alone: coverage
+alone hides an agent that succeeds only sometimes (docs/evaluation.md).
 pass@k uses the unbiased estimator 1 - C(n-c, k) / C(n, k); with exactly k attempts per task it
 equals the share of tasks solved at least once, which is what the reference publishes.
 """

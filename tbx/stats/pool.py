@@ -1,4 +1,4 @@
-"""Pool strategies: which difficulty bands become the frozen training pool (SPEC §3).
+"""Pool strategies: which difficulty bands become the frozen training pool (docs/training.md).
 
 A strategy is data — a name and the success-rate ranges it keeps — so configuration can define
 new ones. A band is kept iff it lies inside one keep range; every keep-range end must be a band

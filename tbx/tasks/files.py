@@ -22,7 +22,7 @@ from tbx.errors import TaskFormatError
 TASK_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl")
 MAX_FILE_BYTES = 2 * 1024 * 1024  # ~2,000 tasks; parsing takes about a second per MiB on a loaded CPU
 MAX_DEPTH = 64  # a task is ~6 levels deep; tool arguments or seed rows may nest a few more
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~5x faster than the pure-Python loader
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: faster than the pure-Python loader
 _KINDS = {stat.S_IFIFO: "a named pipe", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
           stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a folder"}
 

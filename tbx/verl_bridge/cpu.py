@@ -1,7 +1,7 @@
 """Everything that differs when verl trains on a machine without GPUs, in one place (pure: no verl).
 
 verl 0.9.1 has no CPU platform and its trainer is never run on CPU by verl's own CI, but its
-extension points are enough (measured on a 2-core machine; /docs/training.md#verl-on-a-cpu-machine).
+extension points are enough (docs/training.md, "verl on a CPU machine").
 The launcher applies this delta when the hardware option has no GPUs (`hardware.gpus_per_node: 0`,
 as `local_cpu`, `local_jobs` and `slurm_local` have): the same `launch.py → plan → submitit → Ray
 → verl.trainer.main_ppo` path as on a GPU cluster, with
@@ -32,8 +32,8 @@ RAY_CPU_SLOTS = 16
 OBJECT_STORE_BYTES = 1 << 30
 # Ray starts its worker processes at niceness 15 (Ray's `worker_niceness`): on a CPU node every verl process
 # (the trainer, vLLM, the agent loop) is a Ray worker, and beside work at the normal niceness on the same cores
-# a niceness of 15 gets a few percent of a core each (the kernel's weight 36 against 1024), so a step that
-# takes 2 minutes on a quiet machine took over 27 on a loaded one. Read by the raylet when its node starts:
+# a niceness of 15 gets a few percent of a core each (the kernel's weight 36 against 1024), so a training step
+# crawls on a loaded machine (docs/benchmarks.md, "Measurements behind design choices"). Read by the raylet when its node starts:
 # the job's Ray head (tbx/launch/ray_cluster.py) or the Ray instance verl starts itself.
 RAY_NODE_ENVIRONMENT = {"RAY_worker_niceness": "0"}
 

