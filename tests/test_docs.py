@@ -67,3 +67,11 @@ def test_the_manual_vllm_command_in_models_md_is_the_one_tbx_runs():
     tbx_sets = server_environment(spec)
     assert {name: tbx_sets[name] for name in variables} == variables
     assert {"VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE"} <= set(variables)
+
+
+def test_the_code_cites_no_document_outside_the_repository():
+    """Docstrings state a rule or point at docs/: the reference system's spec and the peer notes are not shipped."""
+    cited = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "tbx").rglob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"SPEC §|SPEC\.md|peer-benchmarks §", line)]
+    assert not cited

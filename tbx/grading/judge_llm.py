@@ -4,8 +4,8 @@ The judge sees the rule and the transcript (user and agent text, tool calls and 
 not the agent's system prompt, which rules do not need) and must answer exactly
 `{"verdict": "pass" | "fail", "reason": "..."}`. JSON mode (`response_format: json_object`) is
 requested, and dropped for good when the server rejects it; either way the answer is parsed
-strictly: any other shape is a `VerifierError`, never a pass (peer-benchmarks §5.10: a judge that
-passes on any answer containing "yes" is a hole in the reward). An endpoint failure is a
+strictly: any other shape is a `VerifierError`, never a pass (a judge that passes on any answer
+containing "yes" is a hole in the reward). An endpoint failure is a
 `VerifierError` too.
 """
 

@@ -1,7 +1,7 @@
 """Grade a terminal state (pure): every expected change present and nothing else changed.
 
 Completeness is enforced both ways: an empty diff never passes a task with expected changes,
-and a change nobody expected fails the task (peer-benchmarks §5.1). Judge rules, when a task has
+and a change nobody expected fails the task (a side effect is a failure, not noise). Judge rules, when a task has
 them, must all pass too; without a judge such a task is excluded, never passed. The grade and its
 checks are records (`tbx.records.Grade`): an episode carries one, and the store keeps it as JSON.
 """

@@ -2,7 +2,7 @@
 
 Every path that turns model output into an `AssistantTurn` goes through here — the local
 transformers policy, the OpenAI-compatible endpoint and the verl bridge — so evaluation and
-training read reasoning, tool names and arguments the same way (SPEC §7).
+training read reasoning, tool names and arguments the same way.
 
 Formats read from text:
 - hermes tags, one or several: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`; a tag

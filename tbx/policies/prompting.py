@@ -83,11 +83,9 @@ def example_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
 def demonstrations_for(tools: Sequence[ToolSchema], count: int = DEMONSTRATED_TOOLS) -> tuple[Demonstration, ...]:
     """Worked examples built from the episode's own tool schemas (never from the task).
 
-    Measured on SmolLM2-135M (mock bank tools, 6 requests, greedy): examples of the *available*
-    tools as chat turns give 4/6 replies in call format (2 with the right tool), examples of
-    unrelated tools 5/6 in format but 0 right names, examples inside the system message 0-1/6.
-    Examples that go on to a tool response and a reply make the model write tool responses
-    itself, so these stop at the call.
+    Examples of the *available* tools as chat turns, stopping at the call: a small model copies the
+    format and the tool names it is shown, and examples that go on to a tool response make it write
+    tool responses itself (figures: docs/benchmarks.md, "Measurements behind design choices").
     """
     demos = []
     for tool in tools[:count]:

@@ -217,7 +217,7 @@ async def _hold(server: MCPServer, ready: asyncio.Future, stop: asyncio.Event) -
 
 class ToolSessions:
     """MCP sessions kept open across one process's episodes: one episode at a time each, bound again to
-    that episode's database, fault log and gate (setting a session up was ~13% of an oracle episode).
+    that episode's database, fault log and gate (setting a session up is a large part of a short episode).
     The agent's side is the same MCP session and call path as a fresh one; what differs is only that
     the server and client outlive the episode. A session whose episode raised or whose tools failed is
     closed, never handed to another episode. Close them with `aclose` in the loop that opened them."""

@@ -365,7 +365,7 @@ _READERS: dict[int, tuple[UserScenario, FactReader]] = {}
 
 def reader_for(scenario: UserScenario) -> FactReader:
     """The scenario's fact reader, built once per process: it only reads after it is built, and building
-    its phrase table was ~3 ms of every oracle episode. Keyed by the scenario object, which the entry
+    its phrase table is costly next to a short episode. Keyed by the scenario object, which the entry
     keeps alive (so its id is not reused); a campaign has one per task."""
     kept = _READERS.get(id(scenario))
     if kept is None or kept[0] is not scenario:

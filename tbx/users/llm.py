@@ -1,7 +1,7 @@
 """The LLM user: a model plays the customer from the scenario's persona, goal and private facts.
 
-A simulated user is a measured error source (peer-benchmarks §5.3: premature stops and invented
-facts move scores by many points). So every turn is audited by a pure function before the agent
+A simulated user is a measured error source (premature stops and invented facts move scores by many
+points: docs/users.md). So every turn is audited by a pure function before the agent
 sees it, and a turn that breaks the contract raises `UserSimError` (outcome `user_sim_error`,
 never an agent failure):
 

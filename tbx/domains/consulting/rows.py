@@ -2,7 +2,7 @@
 a tool error the agent reads, naming the key), an amount in dollars checked with this domain's messages, an
 audit-log line, and an expense decided once.
 
-Beside tools.py so that tools.py stays readable; run identity hashes it with tools.py (tbx/runs.py DOMAIN_PARTS).
+Beside tools.py so that tools.py stays readable; run identity hashes it with tools.py (tbx/runs/identity.py DOMAIN_PARTS).
 """
 
 from decimal import Decimal
