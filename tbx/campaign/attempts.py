@@ -101,7 +101,7 @@ def say_replayed(cfg: Config, log: ResultStore, pending: list[Attempt]) -> None:
               f"{cfg.eval.resume_error_retries} bounds how many runs of this command do so)", file=sys.stderr)
 
 
-async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
+async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: C901 (the play/attempt/consume closures share the campaign state)
                         take: Callable[[], Attempt | None], done: Callable[[], None],
                         run_dir: Path | None = None, retried: Callable[[], None] = lambda: None) -> None:
     """Play the attempts `take` hands out (None: no more), `eval.concurrency` at once; call `done` after

@@ -158,7 +158,7 @@ async def _verdict(runtime: Runtime, state: EpisodeState, final: State, judge: J
     return outcome, cause, result
 
 
-async def _conversation(runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript, limits: EpisodeLimits,
+async def _conversation(runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript, limits: EpisodeLimits,  # noqa: PLR0913 (the episode world, passed piece by piece)
                         chaos: EpisodeFaults, sessions: ToolSessions | None, timings: dict[str, float]) -> str:
     """The task's tools served on the episode's database, and the dialogue over them; what ended it."""
     task, infra, began = runtime.task, InfraLog(), time.perf_counter()
@@ -197,7 +197,7 @@ async def _within_episode_timeout(conversation: Coroutine[Any, Any, str], episod
                          "(eval.episode_timeout_s)") from None
 
 
-async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_sim: UserSimulator,
+async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_sim: UserSimulator,  # noqa: PLR0913 (the episode world, passed piece by piece)
                       judge: Judge | None, attempt: int, seed: int, limits: EpisodeLimits, *,
                       faults: FaultsConfig | None = None, fault_seed: int | None = None,
                       sessions: ToolSessions | None = None) -> EpisodeResult:

@@ -242,7 +242,7 @@ def clipped_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: t
     return loss, was_clipped, dual_clipped
 
 
-def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+def policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,  # noqa: PLR0913 (optional terms are keyword-only, as verl names them)
                 response_mask: torch.Tensor, settings: LossSettings | None = None, *,
                 ref_logp: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
                 token_weights: torch.Tensor | None = None, total_tokens: int | None = None,

@@ -186,7 +186,7 @@ def importance_weights(old_logp: torch.Tensor, response: torch.Tensor, samples: 
     return torch.where(known, tis.weights, torch.ones_like(tis.weights)).to(old_logp.dtype), tis.stats
 
 
-def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[TurnSample],
+def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[TurnSample],  # noqa: PLR0913 (keyword-only settings of one update)
                 settings: LossSettings, *, pad_id: int, micro_batch_size: int, temperature: float,
                 max_grad_norm: float, share_prefix: bool = True, is_threshold: float | None = None) -> UpdateResult:
     """One optimizer step over all `samples`, accumulated in micro-batches.

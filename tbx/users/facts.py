@@ -290,7 +290,7 @@ class FactReader:
         return _Candidate(candidate.fact, candidate.score - 1.5, candidate.sentence, candidate.anchor,
                           candidate.cue, candidate.bare, candidate.kind)
 
-    def _resolve(self, candidates: list[_Candidate], terms: list[list[tuple[str, Term | None]]],
+    def _resolve(self, candidates: list[_Candidate], terms: list[list[tuple[str, Term | None]]],  # noqa: C901 (one branch per kind of ask)
                  sentences: list[Sentence]) -> Asked:
         """Give each word to the best reading; bare cues speak only where nothing else answered."""
         taken: dict[tuple[int, int], str] = {}

@@ -48,7 +48,7 @@ class Term:
         return self.subject if kind in lx.OWN_KINDS else self.subject | self.related
 
 
-def phrase_table(profiles: Iterable[FactProfile]) -> dict[tuple[str, ...], Term]:
+def phrase_table(profiles: Iterable[FactProfile]) -> dict[tuple[str, ...], Term]:  # noqa: C901 (one branch per kind of fact)
     table: dict[tuple[str, ...], Term] = {}
 
     def term(phrase: str) -> Term:

@@ -70,7 +70,7 @@ class VLLMServer:
     served name; `server.endpoint(model)` points a model's endpoint config at it.
     """
 
-    def __init__(self, spec: ServeSpec, *, port: int = 0, launcher: Sequence[str] | None = None,
+    def __init__(self, spec: ServeSpec, *, port: int = 0, launcher: Sequence[str] | None = None,  # noqa: PLR0913 (keyword-only settings with defaults)
                  log_path: str | Path | None = None, ready_timeout_s: float = 900.0, poll_interval_s: float = 1.0,
                  stop_grace_s: float = 30.0, env: dict[str, str] | None = None, root_url: str | None = None,
                  detached: bool = False):
