@@ -121,7 +121,7 @@ def test_parse_price_table() -> None:
 def test_a_stored_runs_pricing_says_which_costs_are_not_known(tmp_path) -> None:
     from tbx.config import plain
     from tbx.stats.cost import run_pricing
-    from tests.stages.test_eval_regrade import make_cfg
+    from tests.helpers.stage import make_cfg
 
     def pricing(*overrides: str):
         return run_pricing(plain(make_cfg(tmp_path, *overrides)))  # as config.yaml stores it

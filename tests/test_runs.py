@@ -14,8 +14,8 @@ from tbx.config import NOT_IDENTITY, Config, EndpointConfig
 from tbx.domains import get_domain
 from tbx.errors import ConfigError
 from tbx.runs.identity import changed_settings, config_settings, run_identity
+from tests.helpers.stage import make_cfg, run
 from tests.launch import compose_cfg
-from tests.stages.test_eval_regrade import make_cfg, run
 
 
 def mock_tasks() -> list[dict]:

@@ -218,7 +218,7 @@ def digest(folder: Path) -> dict[str, str]:
 
 
 def test_launch_prints_one_line_and_exits_2_without_touching_a_finished_run(tmp_path):
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     base = ["stage=eval", "tasks=mock", "policy=oracle", "logger=none", f"out_root={tmp_path}/outputs",
             f"backend.workdir={tmp_path}/db"]

@@ -22,7 +22,7 @@ from tbx.config.checks import composition_error
 from tbx.errors import ConfigError, TaskFormatError
 from tbx.process.durable import check_writable
 from tbx.tasks.loader import load_task
-from tests.stages.test_eval_regrade import make_cfg, run
+from tests.helpers.stage import make_cfg, run
 from tests.test_runs import nickname_task
 
 ROOT = Path(__file__).resolve().parents[2]

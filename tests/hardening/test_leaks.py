@@ -28,7 +28,7 @@ from tbx.messages import Message
 from tbx.policies.reference import DONE
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn
 from tests.fakes.openai_server import FakeOpenAIServer, Scripted, status_reply, text_reply, tool_call_reply
-from tests.stages.test_eval_regrade import make_cfg, run
+from tests.helpers.stage import make_cfg, run
 from tests.store.records import stored
 
 SAMPLE_TASKS = 50  # tasks=sample: one benchmark task per family over the 5 domains

@@ -23,7 +23,7 @@ from tbx.serve.server import domain_tools, episode_server
 from tbx.tasks import load_task
 from tbx.tools.mcp_server import InfraLog, build_server
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
 from tests.serve.agents import play_reference, text
 
 MOCK = get_domain("mock")

@@ -166,7 +166,7 @@ def test_every_run_of_a_store_url(runs) -> None:
 
 
 def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
-    from tests.stages.test_eval_regrade import launch
+    from tests.helpers.stage import launch
 
     out = launch("stage=view", f"out_root={tmp_path}")
     assert out.returncode == 2 and "field 'runs': is empty" in out.stderr

@@ -19,7 +19,7 @@ from tbx.config import EndpointConfig, ModelConfig, ServerConfig
 from tbx.llm.parsing import parse_assistant_text
 from tbx.messages import Message
 from tbx.policies.vllm import VLLMPolicy, folder_version, serve
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
 from tests.policies.test_prompting import POLICY, REQUESTS, TOOLS
 from tests.vllm.servers import vllm_server
 
@@ -166,7 +166,7 @@ def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_l
 def test_an_eval_records_the_engine_and_the_weights_in_run_json(smollm2_vllm, tmp_path):
     import json
 
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "tasks.limit=1", "policy=model",
                            "eval.max_turns=1", f"model.path={smollm2_vllm.spec.directory}",
