@@ -17,8 +17,8 @@ from tbx.stats.cost import (
     reliability_cost,
 )
 from tbx.stats.metrics import outcomes_from_records, summarize
+from tests.helpers.records import reference_counts
 from tests.store.records import stored
-from tests.test_metrics import reference_counts
 
 PRICES = {"agent-m": Prices(1.0, 4.0), "sim-m": Prices(0.5, 1.0), "judge-m": Prices(10.0, 30.0)}
 MODELS = {"agent": "agent-m", "user": "sim-m", "judge": "judge-m"}

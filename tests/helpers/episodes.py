@@ -1,9 +1,10 @@
-"""What episode tests share: the default limits every run plays within, mock tasks, a policy that plays
+"""What episode tests share: the default limits every run plays within, mock tasks (as files hold them and loaded), a policy that plays
 scripted turns, and a tool that blocks until a test releases it (added to a task's domain by `with_tool`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 
 from tbx.config import Config
@@ -16,6 +17,14 @@ from tbx.tools.declare import tool
 
 MOCK = get_domain("mock")
 LIMITS = episode_limits(Config())  # the defaults every run plays within
+
+
+def mock_tasks() -> list[dict]:
+    return json.loads(json.dumps(get_domain("mock").generate_tasks(0)))
+
+
+def nickname_task() -> dict:
+    return next(t for t in mock_tasks() if t["family"] == "nickname")
 
 
 def mock_task(index=0, **changes):

@@ -3,6 +3,7 @@ users run it (a subprocess: its exit status, stdout and stderr)."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +39,26 @@ def launch_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]
 def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     """`python launch.py logger=none ARGS`."""
     return launch_cli("logger=none", *args, cwd=cwd)
+
+
+def error_lines(out: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in out.stderr.splitlines() if line.strip() and "%|" not in line]  # progress bars aside
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# every (group, option) of conf/
+OPTIONS = sorted((d.name, f.stem) for d in (ROOT / "conf").iterdir() if d.is_dir() for f in d.glob("*.yaml"))
+# values a user must give for some options (`???` in their file)
+REQUIRED = {("backend", "postgres"): ["backend.url=postgresql+psycopg://postgres@127.0.0.1:5432/postgres"],
+            ("model", "openai_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
+                                           "model.endpoint.model=some-model"],
+            ("experiment", "eval_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
+                                              "model.endpoint.model=some-model"],
+            ("experiment", "reference_probe"): ["model.path=/models/base"],
+            ("experiment", "reference_train"): ["model.path=/models/base", "train.pool=pool.json"],
+            ("experiment", "reference_eval"): ["model.path=/models/trained"],
+            ("stage", "serve"): ["serve.agent_name=some_agent"]}
