@@ -1,4 +1,5 @@
-"""Shared fixtures: a throwaway PostgreSQL server, and a `backend` over SQLite and PostgreSQL.
+"""Shared fixtures: a throwaway PostgreSQL server, a `backend` over SQLite and PostgreSQL, vLLM servers, and a
+single-node Slurm cluster (`slurm`: the one that answers `sinfo`, or one scripts/slurm_local.sh starts).
 
 The PostgreSQL server is started by the project's own `scripts/pg_local.sh` (installing the
 Debian packages if needed), once per test session, in its own directory and on a free port, so
@@ -10,6 +11,7 @@ with the script's reason when it cannot start; `TBX_REQUIRE_PG=1` turns that ski
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +24,7 @@ from tests.vllm.servers import vllm_server
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_SCRIPT = ROOT / "scripts" / "pg_local.sh"
+SLURM_START, SLURM_STOP = ROOT / "scripts" / "slurm_local.sh", ROOT / "scripts" / "slurm_stop.sh"
 
 
 def _free_port() -> int:
@@ -133,3 +136,38 @@ def tiny_vllm(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Ite
     _require_vllm()
     with vllm_server("tiny", tiny_model, tmp_path_factory.mktemp("vllm-tiny"), lora_rank=8) as server:
         yield server
+
+
+def _cluster_answers() -> bool:
+    """A controller answers: use that cluster as it is (and never stop what we did not start)."""
+    if not shutil.which("sinfo"):
+        return False
+    return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30, check=False).returncode == 0
+
+
+def _skip(reason: str) -> None:
+    if os.environ.get("TBX_REQUIRE_SLURM") == "1":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A Slurm cluster for this session: the running one, or one started (and stopped) here."""
+    if _cluster_answers():
+        yield
+        return
+    if os.geteuid() != 0:
+        _skip("no Slurm cluster answers sinfo, and scripts/slurm_local.sh needs root to start one")
+    env = {**os.environ, "SLURM_CPUS": "4"}  # 3 array jobs and a final one side by side on 2 cores
+    started = subprocess.run(["bash", str(SLURM_START)], env=env, capture_output=True, text=True, timeout=600,
+                             check=False)
+    if started.returncode != 0:
+        subprocess.run(["bash", str(SLURM_STOP), "--wipe"], capture_output=True, timeout=120, check=False)
+        lines = (started.stdout + started.stderr).strip().splitlines() or ["no output"]
+        detail = next((line for line in lines if "ERROR" in line), lines[-1])
+        _skip(f"Slurm could not start (scripts/slurm_local.sh exited {started.returncode}: {detail})")
+    try:
+        yield
+    finally:
+        subprocess.run(["bash", str(SLURM_STOP), "--wipe"], capture_output=True, timeout=120, check=False)

@@ -58,7 +58,7 @@ def test_a_benchmark_runs_with_its_smallest_arguments(name):
 
 
 def test_compare_runs_compares_two_run_folders(tmp_path):
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     left = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle")).run_dir
     right = run(make_cfg(tmp_path / "b", "stage=eval", "tasks=mock", "policy=oracle")).run_dir
@@ -68,7 +68,7 @@ def test_compare_runs_compares_two_run_folders(tmp_path):
 
 
 def test_viewer_speed_times_the_viewer_on_a_run_folder(tmp_path):
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     run_dir = run(make_cfg(tmp_path / "a", "stage=eval", "tasks=mock", "policy=oracle")).run_dir
     out = bench("viewer_speed.py", run_dir)

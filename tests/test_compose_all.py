@@ -12,20 +12,10 @@ from omegaconf import OmegaConf
 
 import launch
 from tbx.config import Config
+from tests.helpers.stage import OPTIONS, REQUIRED
 
 ROOT = Path(__file__).resolve().parents[1]
-OPTIONS = sorted((d.name, f.stem) for d in (ROOT / "conf").iterdir() if d.is_dir() for f in d.glob("*.yaml"))
 SWEEPS = sorted(f.stem for f in (ROOT / "sweeps").glob("*.yaml"))
-# values a user must give for some options (`???` in their file)
-REQUIRED = {("backend", "postgres"): ["backend.url=postgresql+psycopg://postgres@127.0.0.1:5432/postgres"],
-            ("model", "openai_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
-                                           "model.endpoint.model=some-model"],
-            ("experiment", "eval_endpoint"): ["model.endpoint.base_url=http://127.0.0.1:8000/v1",
-                                              "model.endpoint.model=some-model"],
-            ("experiment", "reference_probe"): ["model.path=/models/base"],
-            ("experiment", "reference_train"): ["model.path=/models/base", "train.pool=pool.json"],
-            ("experiment", "reference_eval"): ["model.path=/models/trained"],
-            ("stage", "serve"): ["serve.agent_name=some_agent"]}
 
 
 def show(dict_cfg, capsys) -> str:

@@ -17,8 +17,8 @@ from tbx.stats.cost import (
     reliability_cost,
 )
 from tbx.stats.metrics import outcomes_from_records, summarize
+from tests.helpers.records import reference_counts
 from tests.store.records import stored
-from tests.test_metrics import reference_counts
 
 PRICES = {"agent-m": Prices(1.0, 4.0), "sim-m": Prices(0.5, 1.0), "judge-m": Prices(10.0, 30.0)}
 MODELS = {"agent": "agent-m", "user": "sim-m", "judge": "judge-m"}
@@ -121,7 +121,7 @@ def test_parse_price_table() -> None:
 def test_a_stored_runs_pricing_says_which_costs_are_not_known(tmp_path) -> None:
     from tbx.config import plain
     from tbx.stats.cost import run_pricing
-    from tests.stages.test_eval_regrade import make_cfg
+    from tests.helpers.stage import make_cfg
 
     def pricing(*overrides: str):
         return run_pricing(plain(make_cfg(tmp_path, *overrides)))  # as config.yaml stores it

@@ -18,6 +18,7 @@ from tbx.stats.metrics import (
     summarize,
 )
 from tbx.view.store import AttemptRow
+from tests.helpers.records import reference_counts
 from tests.store.records import stored
 
 T, F = True, False
@@ -111,25 +112,6 @@ def test_summarize_rejects_unplaced_tasks_and_empty_input() -> None:
         summarize({"a": [T], "b": [F]}, {"a": "x"})
     with pytest.raises(ValueError, match="empty"):
         summarize({})
-
-
-def reference_counts() -> list[int]:
-    """Per-task success counts consistent with the published base model (docs/evaluation.md).
-
-    507 tasks: 54 never solved, 38 at 20/20, and 415 in 1..19. 54 + 38 + 415 = 507 and
-    507 - 54 = 453 tasks solved at least once. The 415 must hold 5,242 - 38 * 20 = 4,482
-    successes: the cycle 1, 2, ..., 19 repeated gives 21 * 190 + (1 + ... + 16) = 4,126, and one
-    more success for each of the first 356 of them whose count is below 19 gives 4,482.
-    """
-    middle = [1 + i % 19 for i in range(415)]
-    extra = 356
-    for i, count in enumerate(middle):
-        if extra and count < 19:
-            middle[i], extra = count + 1, extra - 1
-    counts = [0] * 54 + [20] * 38 + middle
-    assert (len(counts), sum(counts), extra) == (507, 5242, 0)
-    assert all(1 <= c <= 19 for c in middle)
-    return counts
 
 
 def test_reference_aggregates_from_per_task_counts() -> None:

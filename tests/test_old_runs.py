@@ -26,7 +26,7 @@ from tbx.view.export import export_site
 from tbx.view.links import ExportLinks
 from tbx.view.pages import episode_page, headline
 from tbx.view.store import load_runs
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.stage import make_cfg
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "runs_5519a9e"
 JUDGED, PLAIN, NICKNAME = "fixture/mock/transfer-judged", "fixture/mock/transfer-20", "fixture/mock/nickname"

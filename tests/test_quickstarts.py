@@ -1,8 +1,8 @@
 """The README's quick starts hold: the example task passes the gate and the oracle, and the reference
 recipe's experiments compose into the recipe (docs/training.md) on the hardware the README names."""
 
+from tests.helpers.stage import ROOT, make_cfg, run
 from tests.launch import compose_cfg
-from tests.stages.test_eval_regrade import ROOT, make_cfg, run
 
 
 def test_the_example_task_is_admitted_and_the_oracle_passes_it(tmp_path):

@@ -11,19 +11,11 @@ import pytest
 import yaml
 
 from tbx.config import NOT_IDENTITY, Config, EndpointConfig
-from tbx.domains import get_domain
 from tbx.errors import ConfigError
 from tbx.runs.identity import changed_settings, config_settings, run_identity
+from tests.helpers.episodes import nickname_task
+from tests.helpers.stage import make_cfg, run
 from tests.launch import compose_cfg
-from tests.stages.test_eval_regrade import make_cfg, run
-
-
-def mock_tasks() -> list[dict]:
-    return json.loads(json.dumps(get_domain("mock").generate_tasks(0)))
-
-
-def nickname_task() -> dict:
-    return next(t for t in mock_tasks() if t["family"] == "nickname")
 
 
 def test_an_edited_task_file_gets_a_fresh_verdict(tmp_path):

@@ -1,20 +1,10 @@
 """stage=train's curves.png (tbx/report/training_curves.py): the six per-step panels from a GRPO history, with a
 gap where a step logged nothing (no update: no loss) or NaN (log-prob gap at a temperature other than 1)."""
 
-import math
-
 import pytest
 
 from tbx.report.training_curves import PANELS, _series, training_curves_figure
-
-HISTORY = [
-    {"train/step": 1, "train/reward_mean": 0.25, "train/pool_pass_at_1_so_far": 0.25,
-     "train/sampler/zero_variance_rate": 1.0},  # every group had equal rewards: no update, no loss
-    {"train/step": 2, "train/reward_mean": 0.5, "train/pool_pass_at_1_so_far": 0.375, "train/loss": 0.12,
-     "train/grad_norm": 1.5, "train/sampler/zero_variance_rate": 0.5, "train/logprob_gap": math.nan},
-    {"train/step": 3, "train/reward_mean": 0.75, "train/pool_pass_at_1_so_far": 0.5, "train/loss": -0.03,
-     "train/grad_norm": 0.9, "train/sampler/zero_variance_rate": 0.0, "train/logprob_gap": 0.002},
-]
+from tests.helpers.records import HISTORY
 
 
 def test_series_skip_steps_that_logged_nothing():

@@ -12,7 +12,7 @@ from tbx.campaign.workers import MIN_ATTEMPTS_PER_WORKER, check_workers, plan_wo
 from tbx.errors import ConfigError
 from tbx.runs.identity import identity_settings, run_identity
 from tbx.stages.environment import check_config
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.stage import make_cfg
 
 PACKAGE = "my_preference_agents"
 MODULE = '''

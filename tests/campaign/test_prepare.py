@@ -10,7 +10,7 @@ from tbx.campaign import prepare as prepare_module
 from tbx.campaign.components import build_backend
 from tbx.campaign.prepare import prepare_all
 from tbx.catalog import load_domain_task, resolve_tasks
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.stage import make_cfg
 
 
 def as_data(runtimes: dict) -> dict:

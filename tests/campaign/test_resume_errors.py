@@ -24,7 +24,7 @@ from tbx.stats.metrics import attempt_tally
 from tbx.store.results import read_records
 from tbx.view.app import viewer_app
 from tbx.view.store import load_runs
-from tests.stages.test_eval_regrade import make_cfg, run
+from tests.helpers.stage import make_cfg, run
 from tests.store.records import stored
 
 TASKS = ("mock/transfer/5", "mock/transfer/20", "mock/nickname/1")  # tasks=mock

@@ -19,7 +19,7 @@ from tbx.campaign.workers import MIN_ATTEMPTS_PER_WORKER, plan_workers
 from tbx.errors import ConfigError
 from tbx.store.results import read_records
 from tests.hardening.kill_harness import COIN, compare_attempts, integrity, stored_rows
-from tests.stages.test_eval_regrade import make_cfg, run
+from tests.helpers.stage import make_cfg, run
 
 ROOT = Path(__file__).resolve().parents[2]
 def finals(run_dir: Path) -> dict:

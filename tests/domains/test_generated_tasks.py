@@ -21,7 +21,7 @@ from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
 
 from .harness import BUNDLED, TRAINING, families_of, pick, replay
 

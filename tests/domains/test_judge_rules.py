@@ -15,8 +15,8 @@ from tbx.episodes import Outcome, run_episode
 from tbx.grading.judge import EvidenceJudge, Judge, JudgeVerdict
 from tbx.policies.reference import OraclePolicy
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.episodes import LIMITS
+from tests.helpers.stage import make_cfg
 
 BENCH = ("travel", "retail", "auto_insurance", "neobank", "consulting")
 JUDGED = {"travel": {"cancel_refundable"}, "retail": {"return_items"}, "auto_insurance": {"cancel_policy"},

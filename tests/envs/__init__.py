@@ -25,9 +25,9 @@ def overrides(tmp_path: Path, *more: str) -> list[str]:
 
 def eval_records(tmp_path: Path, policy: str, *tasks: str) -> dict[str, StoredTry]:
     """stage=eval of `tasks` with `policy` (oracle | null_agent), in process: each task's stored attempt 0."""
-    from launch import run_stage
     from tbx.config.checks import compose_config, config_object
     from tbx.envs.episodes import CONF
+    from tbx.launch import run_stage
 
     words = ["stage=eval", "logger=none", f"policy={policy}", *overrides(tmp_path / policy), *tasks]
     dict_cfg, error = compose_config(CONF, "config", words)

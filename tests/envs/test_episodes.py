@@ -11,9 +11,9 @@ from tests.envs import eval_records, overrides, play_reference, same_verdict
 
 @pytest.mark.slow
 def test_episodes_played_by_calls_are_stage_eval_s_and_stage_report_compares_the_runs(tmp_path):
-    from launch import run_stage
     from tbx.config.checks import compose_config, config_object
     from tbx.envs.episodes import CONF
+    from tbx.launch import run_stage
 
     oracle = eval_records(tmp_path, "oracle", "tasks=mock")
     with TaskSet.load("my_trainer", *overrides(tmp_path), "tasks=mock") as tasks:

@@ -151,7 +151,7 @@ def test_a_hostile_call_gets_the_tool_error_mcp_gives(tmp_path):
     import mcp
 
     from tbx.serve.server import episode_server
-    from tests.serve.test_episode import serve_one
+    from tests.serve.sessions import serve_one
 
     calls = [("get_account", {"account_id": "1; DROP TABLE accounts"}), ("get_account", {"account_id": 1, "sql": "x"}),
              ("transfer", {"from_account": 1}), ("transfer", {"from_account": 1, "to_account": 2, "amount": -5}),

@@ -20,7 +20,7 @@ from tbx.messages import AssistantTurn, ToolCall
 from tbx.store.results import read_records
 from tbx.tools.declare import tool
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS, ScriptPolicy, mock_task
+from tests.helpers.episodes import LIMITS, ScriptPolicy, mock_task, with_tool
 
 LIMIT_S = 0.5
 CUT = dataclasses.replace(LIMITS, call_timeout_s=LIMIT_S)
@@ -34,16 +34,6 @@ def sleepy(db) -> str:
     return "slept"
 
 
-released = threading.Event()  # set by a test's teardown only: until then `blocking` never returns
-
-
-@tool("read")
-def blocking(db) -> str:
-    """Wait for an answer that never comes."""
-    released.wait()
-    return "released"
-
-
 @tool("read")
 def endless(db) -> str:
     """Run a query that never ends (SQLite) or sleeps a minute on the server (PostgreSQL)."""
@@ -55,10 +45,6 @@ def endless(db) -> str:
         return "done"
     finally:
         stopped.set()
-
-
-def with_tool(runtime, spec):  # a TaskRuntime whose domain has one more tool
-    return dataclasses.replace(runtime, domain=dataclasses.replace(runtime.domain, tools=(*runtime.domain.tools, spec)))
 
 
 def play_in_thread(runtime, backend, name: str, deadline_s: float = 20.0):
@@ -133,7 +119,7 @@ def test_other_episodes_go_on_while_one_tool_hangs(backend):
 
 
 def test_an_injected_hang_under_chaos_costs_its_short_limit(tmp_path):
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     began = time.perf_counter()
     summary = run(make_cfg(tmp_path, "tasks=mock", "tasks.limit=1", "policy=oracle", "faults=chaos", "faults.tool=0",

@@ -19,7 +19,6 @@ from tbx.policies.base import Agent, Policy
 from tbx.policies.openai_compat import OpenAIPolicy
 from tbx.policies.reference import ScriptAgent
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS, mock_task
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Scripted,
@@ -28,6 +27,7 @@ from tests.fakes.openai_server import (
     text_reply,
     tool_call_reply,
 )
+from tests.helpers.episodes import LIMITS, mock_task
 
 VLLM_OVERFLOW = ("This model's maximum context length is 2048 tokens. However, you requested 2113 tokens (1601 in "
                  "the messages, 512 in the completion). Please reduce the length of the messages or completion.")
@@ -131,7 +131,7 @@ def test_a_turn_past_its_time_limit_ends_the_conversation_as_the_agents(runtime)
 
 
 def test_an_eval_whose_every_conversation_overflows_scores_zero_not_undefined(tmp_path):
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     """A window too small even for a task's opening is the model's limit: every episode is a failure, and
     pass@1 is 0 (as an error it would be excluded, and the model scored on nothing)."""

@@ -9,36 +9,17 @@ import pytest
 
 from tbx.backend import dump_state
 from tbx.catalog import prepare_task
-from tbx.config import Config
-from tbx.domains import get_domain
-from tbx.episodes import Outcome, episode_limits, run_episode
+from tbx.episodes import Outcome, run_episode
 from tbx.errors import AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import AssistantTurn, ToolCall
 from tbx.policies.base import Agent, Policy
-from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
+from tbx.policies.reference import NullPolicy, OraclePolicy, turns_from_steps
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
 from tbx.users.base import UserSession, UserSimulator
 from tbx.users.scripted import ScriptedUser
-
-MOCK = get_domain("mock")
-LIMITS = episode_limits(Config())  # the defaults every run plays within
-
-
-def mock_task(index=0, **changes):
-    data = dict(MOCK.generate_tasks(0)[index]) | changes
-    return load_task(data, "mock-test", MOCK.policy)
-
-
-class ScriptPolicy(Policy):
-    name = "script"
-
-    def __init__(self, turns):
-        self.turns = turns
-
-    def agent(self, context):
-        return ScriptAgent(self.turns)
+from tests.helpers.episodes import LIMITS, MOCK, ScriptPolicy, mock_task
 
 
 def play(runtime, backend, policy, user=None, judge=None, attempt=0):

@@ -13,7 +13,7 @@ from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks.loader import load_task
 from tbx.tools.mcp_server import ToolSessions
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
 
 MOCK = get_domain("mock")
 SAME = ("outcome", "final_delta", "transcript", "counts", "grade")

@@ -80,7 +80,7 @@ class FakeOpenAIServer:
         self.models = list(models)
         self.default = default  # answer when the queue is empty; None: a 500 that names the problem
         # answers each chat request from its body instead of the queue (a scripted agent); not named
-        # `respond`, which subclasses such as tests/hardening/test_leaks.RespondingServer use behind _next_reply
+        # `respond`, which subclasses such as tests/fakes/responding.RespondingServer use behind _next_reply
         self.answer = answer
         self.requests: list[Recorded] = []
         self.in_flight = 0  # chat requests being answered now

@@ -11,11 +11,8 @@ Task-file mistakes add the cases `tests/tasks/test_loader.py` does not cover.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,8 +25,9 @@ from tbx.config.checks import composition_error
 from tbx.domains import get_domain
 from tbx.errors import ConfigError, TaskFormatError
 from tbx.stages.environment import check_config
+from tests.helpers.stage import OPTIONS, REQUIRED, digest, error_lines
+from tests.helpers.stage import launch_cli as launch
 from tests.launch import compose_cfg
-from tests.test_compose_all import OPTIONS, REQUIRED
 
 ROOT = Path(__file__).resolve().parents[2]
 CONF = ROOT / "conf"
@@ -203,22 +201,8 @@ def test_every_shipped_option_passes_the_checks_of_its_stage(monkeypatch, group,
 
 # --- launch.py: one line, status 2, nothing lost ----------------------------------------------------------------
 
-def launch(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
-
-
-def error_lines(out: subprocess.CompletedProcess[str]) -> list[str]:
-    return [line for line in out.stderr.splitlines() if line.strip() and "%|" not in line]  # progress bars aside
-
-
-def digest(folder: Path) -> dict[str, str]:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_launch_prints_one_line_and_exits_2_without_touching_a_finished_run(tmp_path):
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     base = ["stage=eval", "tasks=mock", "policy=oracle", "logger=none", f"out_root={tmp_path}/outputs",
             f"backend.workdir={tmp_path}/db"]

@@ -22,9 +22,9 @@ from tbx.config.checks import composition_error
 from tbx.errors import ConfigError, TaskFormatError
 from tbx.process.durable import check_writable
 from tbx.tasks.loader import load_task
+from tests.helpers.episodes import nickname_task
+from tests.helpers.stage import make_cfg, run
 from tests.launch import ctrl_c_reaches_it
-from tests.stages.test_eval_regrade import make_cfg, run
-from tests.test_runs import nickname_task
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ("tasks=mock", "policy=oracle")

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from tbx.domains import get_domain
-from tests.hardening.test_bad_config import digest, error_lines, launch
+from tests.helpers.stage import digest, error_lines
+from tests.helpers.stage import launch_cli as launch
 
 
 def closed_port() -> int:

@@ -30,9 +30,9 @@ from tbx.store.results import read_records
 from tbx.tasks import load_task
 from tbx.users.base import UserSession, UserSimulator
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
+from tests.helpers.stage import make_cfg, run
 from tests.stages.coin import true_rate
-from tests.stages.test_eval_regrade import make_cfg, run
 
 MOCK = get_domain("mock")
 TIMEOUT = 0.2

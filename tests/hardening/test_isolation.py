@@ -23,7 +23,7 @@ from tbx.episodes import Outcome, run_episode
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
 
 MOCK = get_domain("mock")
 ACCOUNTS = MOCK.metadata.tables["accounts"]

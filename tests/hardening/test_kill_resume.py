@@ -83,7 +83,7 @@ def test_training_killed_at_random_points_takes_the_identical_next_steps(context
 def test_a_probe_resumed_mid_round_makes_the_decisions_of_an_uninterrupted_one(tmp_path):
     """The store a kill leaves while the last attempt of each task's last round is still running:
     the resumed probe must not decide at that in-between n (it once stopped such tasks one short)."""
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     args = ("stage=probe", "tasks=travel", "tasks.limit=12", *COIN, "probe.attempts=10")
     run(make_cfg(tmp_path, *args, f"run_dir={tmp_path / 'clean'}"))

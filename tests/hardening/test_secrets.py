@@ -2,7 +2,7 @@
 environment and nowhere else.
 
 A real `launch.py stage=eval` runs with W&B offline, an LLM agent and an LLM user served by
-scripted servers that demand their keys (`tests/hardening/test_leaks.py`'s RespondingServer; the
+scripted servers that demand their keys (`tests/fakes/responding.py`'s RespondingServer; the
 agent's server rejects the first keyed request with a body that echoes the key, as some servers do,
 so an error message carrying it is stored too). Then every file the run left (run folder, results
 store, Hydra's folder, the offline W&B run, W&B's home folders) and the captured stdout and stderr
@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 
 from tests.fakes.openai_server import Scripted
-from tests.hardening.test_leaks import RespondingServer, agent_responder, llm_overrides, user_reply
+from tests.fakes.responding import RespondingServer, agent_responder, llm_overrides, user_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -2,15 +2,13 @@
 preempted shard that requeues and resumes, a cancelled shard whose work the final job finishes,
 and a 2-task job that brings up a Ray head and worker and runs remote functions on both.
 
-A session fixture uses a cluster that already answers `sinfo`, or starts one (installing the
+A session fixture (tests/conftest.py) uses a cluster that already answers `sinfo`, or starts one (installing the
 Debian packages if needed; root only) and stops it afterwards. Where Slurm cannot start the tests
 skip with the script's reason; TBX_REQUIRE_SLURM=1 (CI) turns that into a failure. There is no
 slurmdbd here, so submitit cannot see a job that died without a result: every wait has a time-out.
 """
 
 import os
-import re
-import shutil
 import sqlite3
 import subprocess
 import time
@@ -25,51 +23,10 @@ from tbx.launch import make_plan
 from tbx.launch.dispatch import RayJob, submit, wait
 from tbx.launch.ray_cluster import RaySpec
 from tbx.store.results import read_records
-from tests.launch import ROOT, compose_cfg, probe_overrides
+from tests.helpers.slurm import job_field
+from tests.launch import compose_cfg, probe_overrides
 
 pytestmark = [pytest.mark.slurm, pytest.mark.integration]
-START, STOP = ROOT / "scripts" / "slurm_local.sh", ROOT / "scripts" / "slurm_stop.sh"
-
-
-def _cluster_answers() -> bool:
-    """A controller answers: use that cluster as it is (and never stop what we did not start)."""
-    if not shutil.which("sinfo"):
-        return False
-    return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=30, check=False).returncode == 0
-
-
-def _skip(reason: str) -> None:
-    if os.environ.get("TBX_REQUIRE_SLURM") == "1":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="session")
-def slurm():
-    """A Slurm cluster for this session: the running one, or one started (and stopped) here."""
-    if _cluster_answers():
-        yield
-        return
-    if os.geteuid() != 0:
-        _skip("no Slurm cluster answers sinfo, and scripts/slurm_local.sh needs root to start one")
-    env = {**os.environ, "SLURM_CPUS": "4"}  # 3 array jobs and a final one side by side on 2 cores
-    started = subprocess.run(["bash", str(START)], env=env, capture_output=True, text=True, timeout=600, check=False)
-    if started.returncode != 0:
-        subprocess.run(["bash", str(STOP), "--wipe"], capture_output=True, timeout=120, check=False)
-        lines = (started.stdout + started.stderr).strip().splitlines() or ["no output"]
-        detail = next((line for line in lines if "ERROR" in line), lines[-1])
-        _skip(f"Slurm could not start (scripts/slurm_local.sh exited {started.returncode}: {detail})")
-    try:
-        yield
-    finally:
-        subprocess.run(["bash", str(STOP), "--wipe"], capture_output=True, timeout=120, check=False)
-
-
-def job_field(job_id: str, name: str) -> str:
-    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=30,
-                         check=False).stdout
-    match = re.search(rf"\b{name}=(\S+)", out)
-    return match.group(1) if match else ""
 
 
 def stored(run_dir) -> list[tuple[str, int, int]]:

@@ -26,7 +26,7 @@ from tbx.report import RunData, render_report
 from tbx.report.data import compare_runs, compute_stats
 from tbx.report.figures import _change_cell, heatmap_metrics
 from tbx.stats.paired import paired_difference
-from tests.report.test_report import PRICES, make_records
+from tests.helpers.records import PRICES, make_records
 
 RESAMPLES = 20_000
 

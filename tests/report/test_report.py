@@ -18,27 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tbx.messages import Usage
-from tbx.records import StoredTry
 from tbx.report import RunData, render_report
 from tbx.report.figures import pick_changed_tasks
 from tbx.report.tables import rank_marks
 from tbx.stats.cost import Prices
 from tbx.stats.metrics import IncompleteInventoryError
+from tests.helpers.records import PRICES, make_records
 from tests.store.records import stored
 
 TASKS = ("retail/1", "retail/2", "travel/1", "travel/2", "bank/1", "bank/2")
 MIXED = {"retail/1": "SSSS", "retail/2": "SFSE", "travel/1": "SFSF", "travel/2": "FFFF",
          "bank/1": "FFSF", "bank/2": "SSSS"}
-PRICES = {"tiny": Prices(0.1, 0.2), "big": Prices(3.0, 15.0), "mid": Prices(1.0, 2.0), "sim": Prices(0.5, 1.0)}
-OUTCOME = {"S": "success", "F": "failure", "E": "infra_error"}
-
-
-def make_records(pattern: dict[str, str], agent: tuple[int, int], user: tuple[int, int] = (0, 0)
-                 ) -> list[StoredTry]:
-    return [stored(task, a, OUTCOME[letter], domain=task.split("/")[0],
-                   usage={"agent": Usage(*agent), "user": Usage(*user), "judge": Usage()})
-            for task, letters in pattern.items() for a, letter in enumerate(letters)]
 
 
 def synthetic_runs() -> list[RunData]:

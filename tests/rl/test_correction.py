@@ -14,8 +14,8 @@ from tbx.errors import ConfigError
 from tbx.rl.correction import ImportanceStats, truncated_importance_weights
 from tbx.rl.grpo import LossSettings, policy_loss
 from tbx.rl.native import TurnSample, UpdateResult, batch_tensors, grpo_update, token_logprobs
+from tests.helpers.models import tiny_model
 from tests.launch import compose_cfg
-from tests.rl.test_native import tiny_model
 
 # Three response tokens whose trainer/sampler ratios exp(old - sampler) are 0.5, 1.5 and 3.0, and a fourth,
 # masked token with garbage (NaN sampler log-prob, a huge ratio). At threshold 2.0:

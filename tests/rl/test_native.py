@@ -6,20 +6,11 @@ import random
 import numpy as np
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, batch_tensors, grpo_update, token_logprobs
-
-VOCAB = 32
-
-
-def tiny_model(seed=0):
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
-    return LlamaForCausalLM(config).eval()
+from tests.helpers.models import tiny_model
 
 
 def even_probability(model, prompt):

@@ -10,10 +10,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from tbx.catalog import resolve_tasks
+from tbx.config import TasksConfig
 from tbx.store.results import read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 ANNOUNCED = re.compile(r" at (http://\S+) -> (\S+)")
+
+
+def tasks_of(domain):
+    return resolve_tasks(TasksConfig(name=domain, domains=[domain]))
 
 
 def serve_args(tmp_path: Path, *overrides: str) -> list[str]:

@@ -19,12 +19,12 @@ from tbx.policies.reference import DONE, OraclePolicy
 from tbx.records import EpisodeResult
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import OVER, TURN_LIMIT, USER_ENDED, ServedEpisode
-from tbx.serve.server import domain_tools, episode_server
 from tbx.tasks import load_task
 from tbx.tools.mcp_server import InfraLog, build_server
 from tbx.users.scripted import ScriptedUser
-from tests.episodes.test_episodes import LIMITS
+from tests.helpers.episodes import LIMITS
 from tests.serve.agents import play_reference, text
+from tests.serve.sessions import serve_one
 
 MOCK = get_domain("mock")
 
@@ -39,30 +39,6 @@ def backend(tmp_path):
 def mock_runtime(backend, index=0, **changes):
     task = load_task(dict(MOCK.generate_tasks(0)[index]) | changes, "mock-test", MOCK.policy)
     return prepare_task(task, backend)
-
-
-async def serve_one(runtime, backend, client_script):
-    """One session on a campaign of one attempt: `client_script(client)` is the agent; returns (what it
-    returned, the stored results, the session's episode or None)."""
-    stored = []
-
-    def open_episode(task_id, attempt, record):
-        def play(agent):
-            return run_episode(runtime, backend, agent, ScriptedUser(), None, attempt, 0, LIMITS)
-
-        return ServedEpisode(task_id, attempt, play, record)
-
-    view = View(runtime.task.policy, await domain_tools(runtime.task.domain, runtime.tools))
-    campaign = Campaign([(runtime.task.id, 0)], {runtime.task.id: view}, open_episode,
-                        lambda result: stored.append(result) or True)
-    seat = Seat(campaign, campaign.next_view())
-    async with mcp.Client(episode_server(seat)) as client:
-        returned = await client_script(client)
-    seat.end()
-    if seat.episode is not None:
-        await seat.episode.task
-    assert campaign.done.is_set() == bool(stored)  # an episode never started leaves its attempt pending
-    return returned, stored, seat.episode
 
 
 @pytest.mark.parametrize("index", [0, 1, 2])
@@ -257,7 +233,6 @@ def test_an_attempt_another_process_gave_back_is_handed_out_again():
         assert campaign.done.is_set()
 
     asyncio.run(main())
-
 
 
 def test_sessions_beyond_the_pending_attempts_are_refused_once_claimed_and_told_to_close_before():

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from tbx.serve.episode import USER_ENDED
-from tests.serve.served import Served
-from tests.serve.test_serve_http import tasks_of
+from tests.serve.served import Served, tasks_of
 
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 CACHE = Path(os.environ.get("TBX_CACHE") or Path.home() / ".cache" / "tbx") / "npm" / "mcp-inspector-2.12.0"

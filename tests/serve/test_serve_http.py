@@ -17,20 +17,14 @@ import mcp
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 
-from launch import run_stage
-from tbx.catalog import resolve_tasks
-from tbx.config import TasksConfig
+from tbx.launch import run_stage
 from tbx.records import StoredTry
 from tbx.store.results import read_records
+from tests.helpers.stage import make_cfg
 from tests.serve.agents import call, play_null, play_reference
-from tests.serve.served import ROOT, Served, serve_args
-from tests.stages.test_eval_regrade import make_cfg
+from tests.serve.served import ROOT, Served, serve_args, tasks_of
 
 PARITY_KEYS = ("outcome", "reward", "grade", "final_delta", "transcript", "counts", "ended_by")
-
-
-def tasks_of(domain):
-    return resolve_tasks(TasksConfig(name=domain, domains=[domain]))
 
 
 def in_process(tmp_path, policy):

@@ -8,26 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
-from tbx.config import Config, register_configs
-
-ROOT = Path(__file__).resolve().parents[2]
-register_configs()
-
-
-def make_cfg(tmp_path, *overrides) -> Config:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        composed = compose("config", overrides=["logger=none", f"out_root={tmp_path}/outputs",
-                                                f"backend.workdir={tmp_path}/db", *overrides])
-    return OmegaConf.to_object(composed)
-
-
-def run(cfg):
-    from launch import run_stage
-
-    return run_stage(cfg)
+from tests.helpers.stage import ROOT, launch, make_cfg, run
 
 
 def test_eval_oracle_and_null_on_mock(tmp_path):
@@ -101,11 +83,6 @@ def test_replay_plays_a_stored_run(tmp_path):
         {"tool": "set_nickname", "arguments": {"account_id": 2, "nickname": "wrong"}}, {"say": "Done."}]}) + "\n")
     partial = run(make_cfg(tmp_path, "tasks=mock", "policy=replay", f"policy.path={steps}"))
     assert partial.counts["success"] == 0 and partial.counts["failure"] == 3
-
-
-def launch(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(ROOT / "launch.py"), "logger=none", *args], capture_output=True,
-                          text=True, cwd=cwd, timeout=300)
 
 
 def test_launch_cli_policy_null_alias_and_summary(tmp_path):

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from tbx.store.results import read_records
-from tests.stages.test_eval_regrade import ROOT, launch, make_cfg, run
+from tests.helpers.stage import ROOT, launch, make_cfg, run
 
 COIN = ["policy._target_=tests.stages.coin.CoinPolicy", "policy.name=coin"]
 

@@ -19,7 +19,7 @@ from tbx.runs.identity import identity_settings, run_identity
 from tbx.runs.results import RegradeMismatch
 from tbx.runs.stages import STAGES, Stage, stage_named, stage_table
 from tbx.stages.environment import check_config
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.stage import make_cfg
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_MODULE = '''"""stage=toy: says which seed it was given."""

@@ -8,9 +8,9 @@ import mcp
 
 from tbx.catalog import resolve_tasks
 from tbx.config import TasksConfig
+from tests.helpers.stage import launch, make_cfg, run
 from tests.serve.agents import play_reference
 from tests.serve.served import ROOT, serve_args
-from tests.stages.test_eval_regrade import launch, make_cfg, run
 
 
 def test_a_served_agent_is_labelled_by_its_name(tmp_path):

@@ -22,9 +22,8 @@ from tbx.runs.sinks import NullSink
 from tbx.stages.train import _train, _Trainer
 from tbx.store import open_store
 from tbx.store.results import read_records
-from tests.episodes.test_bounded_waits import blocking, released, with_tool
-from tests.episodes.test_episodes import ScriptPolicy, mock_task
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.episodes import ScriptPolicy, blocking, mock_task, released, with_tool
+from tests.helpers.stage import make_cfg
 
 LIMIT_S = 0.5
 

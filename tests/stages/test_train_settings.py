@@ -15,8 +15,8 @@ from tbx.errors import ConfigError
 from tbx.records import PoolManifest
 from tbx.runs.identity import run_name
 from tbx.stages.environment import check_config
+from tests.helpers.stage import make_cfg
 from tests.launch import compose_cfg
-from tests.stages.test_eval_regrade import make_cfg
 
 
 def write_manifest(folder, finetune: str) -> str:

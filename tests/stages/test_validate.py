@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tbx.domains import get_domain
-from tests.stages.test_eval_regrade import ROOT, make_cfg, run
+from tests.helpers.stage import ROOT, make_cfg, run
 
 
 def mock_tasks():

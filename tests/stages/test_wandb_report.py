@@ -5,7 +5,7 @@ pass^k as line plots."""
 from pathlib import Path
 
 from tests import wandb_reader
-from tests.stages.test_eval_regrade import make_cfg, run
+from tests.helpers.stage import make_cfg, run
 
 
 def test_a_comparison_in_one_group_with_episodes_intervals_and_curves(tmp_path):

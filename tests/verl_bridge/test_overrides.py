@@ -19,20 +19,14 @@ import yaml
 from tbx.config import Config, LoggerConfig, ModelConfig
 from tbx.config import GrpoConfig as GrpoSettings
 from tbx.errors import ConfigError
-from tbx.records import PoolManifest, PoolTask
+from tbx.records import PoolManifest
 from tbx.verl_bridge import VERL_VERSION, HardwareSettings, plan_training, verl_overrides
 from tbx.verl_bridge.data import pool_rows, write_bridge_files
 from tbx.verl_bridge.episode import load_config
+from tests.verl_bridge.pools import manifest
 
 GOLDEN = Path(__file__).parent / "golden"
 RUN_DIR = "/runs/train-reference"
-
-
-def manifest(finetune: str = "full", kept: int = 100) -> PoolManifest:
-    ids = [f"travel/fam{i % 7}/{i}" for i in range(kept)]
-    return PoolManifest(hash="0123456789abcdef", pool={"name": f"{finetune}_pool", "finetune": finetune},
-                        kept=tuple(ids), tasks=tuple(PoolTask(t, "travel", t.split("/")[1], band="medium", kept=True)
-                                                     for t in ids))
 
 
 def reference_config() -> Config:

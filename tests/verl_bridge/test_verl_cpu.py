@@ -36,65 +36,33 @@ from tbx.episodes.faults import draw
 from tbx.errors import EXIT_NO_UPDATE
 from tbx.store.training import STEP_STRIDE, step_of
 from tbx.verl_bridge.cpu import cpu_environment
-from tbx.verl_bridge.episode import episode_seed, fault_seed
+from tbx.verl_bridge.episode import fault_seed
 from tbx.verl_bridge.launch import merge_checkpoint, step_metrics, step_times
+from tests.verl_bridge.verl_run import (
+    ERRORS,
+    FAULT_RATES,
+    GROUP,
+    GROUPS,
+    POOL,
+    PROMPT_TOKENS,
+    RESPONSE_TOKENS,
+    ROOT,
+    STEPS,
+    environment,
+    joined_tries,
+    rollouts,
+    run_dir_of,
+    stored_rows,
+    train_command,
+    write_pool,
+)
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration,
               pytest.mark.skipif(os.environ.get("TBX_VERL_RUN") == "0",
                                  reason="TBX_VERL_RUN=0: the real verl run (10 to 20 minutes on 2 cores) is skipped")]
-ROOT = Path(__file__).resolve().parents[2]
-# two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
-POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0-00")
-GROUP, GROUPS, STEPS, RETRIES = 4, 1, 2, 2  # one group a step: the CI budget (a step of 2 groups took 221 s)
-# The token budget of a step: every episode's first prompt and its whole response stream (tool results and user
-# replies included) are capped (the launch-time prompt check; the agent loop's TokenTrace ends the episode when
-# its response budget is spent), so a step's update processes at most STEPS_TOKENS tokens, one episode per
-# micro-batch (ppo_max_token_len_per_gpu = PROMPT_TOKENS + RESPONSE_TOKENS), whatever verl samples.
-PROMPT_TOKENS, RESPONSE_TOKENS = 1536, 512
 STEP_TOKENS = GROUPS * GROUP * (PROMPT_TOKENS + RESPONSE_TOKENS)
 RUN_BUDGET_S = 33 * 60.0  # both starts of the run together; with the merged model's evaluation the test stays
 EVAL_TIMEOUT_S = 300.0  # under 40 minutes on a loaded 2-core machine, or fails saying which step was slow
-ERRORS = ("infra_error", "user_sim_error", "verifier_error")
-# Faults are drawn from each try's task and stored attempt (tbx.verl_bridge.episode.fault_seed), so which ones
-# hit is known before the run: with this seed the clone of one step-1 try 0 of each pool task fails (helpdesk
-# slot 0, hr_payroll slot 2), whatever the model does; tool, user and the grader's reads add drawn ones.
-FAULT_RATES = {"tool": 0.1, "user": 0.05, "db": 0.1, "hang": 0.0, "seed": 1}
-FAULTS = tuple(f"faults.{site}={rate}" for site, rate in FAULT_RATES.items())
-
-
-def write_pool(path: Path, pool: str = "full_param", finetune: str = "full") -> Path:
-    """The pool manifest stage=select would write for two easy training tasks."""
-    from tbx.config import TasksConfig, plain
-    from tbx.records import PoolManifest, PoolTask
-
-    tasks = plain(TasksConfig(name="train_sample", domains=["helpdesk", "hr_payroll", "clinic"], split="train",
-                              families=["set_priority_easy", "close_ticket_easy", "cancel_leave_easy",
-                                        "withdraw_expense_easy", "cancel_appointment_easy", "check_in_easy"],
-                              per_family=2))
-    manifest = PoolManifest(kept=tuple(sorted(POOL)), pool={"name": pool, "finetune": finetune},
-                            tasks=tuple(PoolTask(t, t.split("/")[0], t.split("/")[1], band="medium", kept=True)
-                                        for t in sorted(POOL)),
-                            probe_settings={"tasks": tasks}).sealed()
-    path.write_text(json.dumps(manifest.to_dict(), indent=2))
-    return path
-
-
-def train_command(root: Path, pool: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "launch.py"), "stage=train", "grpo.trainer=verl", f"train.pool={pool}",
-            "grpo=cpu_small", f"grpo.groups_per_step={GROUPS}", f"grpo.group_size={GROUP}", f"grpo.steps={STEPS}",
-            "grpo.save_every=1", "grpo.max_replacements=1", "model.max_new_tokens=96", f"grpo.max_error_retries={RETRIES}",
-            f"grpo.max_prompt_tokens={PROMPT_TOKENS}", f"grpo.max_response_tokens={RESPONSE_TOKENS}", "eval.max_turns=3",
-            *FAULTS, "hardware=local_jobs",
-            f"out_root={root / 'out'}", f"launcher.folder={root / 'jobs'}", "logger=none"]
-
-
-def environment() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-
-
-def run_dir_of(root: Path) -> Path | None:
-    found = sorted((root / "out").glob("train-*"))
-    return found[0] if found else None
 
 
 def step2_started(root: Path) -> bool:
@@ -188,20 +156,6 @@ def verl_run(tmp_path_factory, request):
             "report": report}
 
 
-def stored_rows(run: Path) -> list[dict]:
-    with sqlite3.connect(run / "results.sqlite", timeout=30) as conn:
-        return [json.loads(blob) for (blob,) in conn.execute("select record from attempts order by attempt, try_index")]
-
-
-def rollouts(run: Path, padding: bool = False) -> dict[int, list[dict]]:
-    """verl's dump of what each step trained on: {step: [{uid, gts (task id), score, ...}]}. verl fills a batch
-    whose size its mini-batches do not divide (a session whose every try errored leaves one trajectory out) with
-    no-op samples of uid `pad…` (verl/trainer/ppo/padding_utils.py); `padding=True` gives those instead."""
-    return {int(path.stem): [sample for sample in map(json.loads, filter(str.strip, path.read_text().splitlines()))
-                             if sample["uid"].startswith("pad") == padding]
-            for path in (run / "verl" / "rollouts").glob("*.jsonl")}
-
-
 def test_the_killed_run_resumed_from_its_checkpoint_and_finished(verl_run):
     run = verl_run["run"]
     assert verl_run["left_after_kill"] == []  # nothing of the killed job outlived it
@@ -227,29 +181,8 @@ def test_no_episode_is_stored_twice_for_a_step(verl_run):
     assert step1_before == [r for r in rows if step_of(r["attempt"]) == 0]  # the checkpointed step stays as it was
 
 
-def _joined(verl_run) -> list[tuple[dict, dict]]:
-    """Each trajectory verl trained on, with the stored try that produced it (the try's seed is derived
-    from verl's prompt uid, its session and the try index: tbx.verl_bridge.episode.episode_seed)."""
-    rows = stored_rows(verl_run["run"])
-    by_seed = defaultdict(list)
-    for row in rows:
-        by_seed[(row["task_id"], row["seed"])].append(row)
-    joined = []
-    for step, samples in rollouts(verl_run["run"]).items():
-        for sample in samples:
-            uid, session, _ = sample["uid"].rsplit("_", 2)
-            found = [row for t in range(RETRIES + 1)
-                     for row in by_seed[(sample["gts"], episode_seed(uid, int(session), t))]
-                     if step_of(row["attempt"]) == step - 1]
-            assert len(found) >= 1, f"step {step}: no stored try for {sample['uid']} ({sample['gts']})"
-            verdicts = [row for row in found if row["outcome"] not in ERRORS]
-            assert len(verdicts) == 1, f"step {step}: {len(verdicts)} verdict tries for {sample['uid']}"
-            joined.append((sample, verdicts[0]))
-    return joined
-
-
 def test_verl_trained_on_the_verdicts_tbx_stored(verl_run):
-    joined = _joined(verl_run)
+    joined = joined_tries(verl_run)
     steps = rollouts(verl_run["run"])
     assert sorted(steps) == list(range(1, STEPS + 1))
     for samples in steps.values():
@@ -275,7 +208,7 @@ def test_error_episodes_are_rerun_never_trained_on_and_never_scored(verl_run):
                                                        "0 failed"], (task, slot, first)
     assert errors, "the injected faults hit no episode: the check would be empty"
     assert all(r["reward"] is None for r in errors)
-    trained_seeds = {(row["task_id"], row["seed"]) for _, row in _joined(verl_run)}
+    trained_seeds = {(row["task_id"], row["seed"]) for _, row in joined_tries(verl_run)}
     assert not trained_seeds & {(r["task_id"], r["seed"]) for r in errors}
     retried = [r for r in errors if any(o["task_id"] == r["task_id"] and o["attempt"] == r["attempt"]
                                         and o["try"] == r["try"] + 1 for o in rows)]

@@ -26,8 +26,8 @@ pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs 
 
 from tbx.errors import EXIT_NO_UPDATE
 from tbx.verl_bridge.launch import step_metrics
-from tests.launch.test_slurm import job_field, slurm  # noqa: F401 - the session's Slurm cluster
-from tests.verl_bridge.test_verl_cpu import (
+from tests.helpers.slurm import job_field
+from tests.verl_bridge.verl_run import (
     ERRORS,
     POOL,
     ROOT,

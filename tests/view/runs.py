@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.stages.test_eval_regrade import make_cfg, run
+from tests.helpers.stage import make_cfg, run
 
 EXTRA = {"tool": "set_nickname", "arguments": {"account_id": 1, "nickname": "oops"}}
 

@@ -166,7 +166,7 @@ def test_every_run_of_a_store_url(runs) -> None:
 
 
 def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
-    from tests.stages.test_eval_regrade import launch
+    from tests.helpers.stage import launch
 
     out = launch("stage=view", f"out_root={tmp_path}")
     assert out.returncode == 2 and "field 'runs': is empty" in out.stderr
@@ -180,7 +180,7 @@ def test_stage_view_refuses_what_it_cannot_show(tmp_path: Path) -> None:
 def test_training_curves_beside_a_run_are_shown(runs, tmp_path: Path) -> None:
     from tbx.report.training_curves import training_curves_figure
     from tbx.view.export import export_site
-    from tests.test_training_curves import HISTORY
+    from tests.helpers.records import HISTORY
 
     path = training_curves_figure(HISTORY, runs[1].run_dir / "curves.png")  # as stage=train writes it
     try:

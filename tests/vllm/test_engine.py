@@ -15,36 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tbx.config import EndpointConfig, ModelConfig, ServerConfig
+from tbx.config import ModelConfig, ServerConfig
 from tbx.llm.parsing import parse_assistant_text
 from tbx.messages import Message
 from tbx.policies.vllm import VLLMPolicy, folder_version, serve
-from tests.episodes.test_episodes import LIMITS
-from tests.policies.test_prompting import POLICY, REQUESTS, TOOLS
-from tests.vllm.servers import vllm_server
+from tests.helpers.episodes import LIMITS
+from tests.helpers.processes import group_pids
+from tests.helpers.prompts import POLICY, REQUESTS, TOOLS
+from tests.vllm.servers import attached, vllm_server
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
-
-
-def attached(server, **changes) -> ModelConfig:
-    """The model config of `server`'s model, pointed at it (tbx starts nothing)."""
-    model = ModelConfig(name=server.spec.served_name, path=server.spec.directory, few_shot=True,
-                        endpoint=EndpointConfig(base_url=server.base_url, model=server.spec.served_name))
-    return dataclasses.replace(model, **changes)
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live (not zombie) processes of a process group."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, IndexError):
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                pids.append(int(entry.name))
-    return pids
 
 
 def prompt(policy: VLLMPolicy, request: str) -> tuple[int, ...]:
@@ -166,7 +146,7 @@ def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_l
 def test_an_eval_records_the_engine_and_the_weights_in_run_json(smollm2_vllm, tmp_path):
     import json
 
-    from tests.stages.test_eval_regrade import make_cfg, run
+    from tests.helpers.stage import make_cfg, run
 
     summary = run(make_cfg(tmp_path, "stage=eval", "tasks=mock", "tasks.limit=1", "policy=model",
                            "eval.max_turns=1", f"model.path={smollm2_vllm.spec.directory}",

@@ -12,7 +12,7 @@ import pytest
 
 from tbx.vllm.kept import read_record
 from tests.conftest import _require_vllm
-from tests.vllm.test_engine import group_pids
+from tests.helpers.processes import group_pids
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,8 +14,8 @@ from tbx.policies.trainable import StaleSamplesError, TrainablePolicy
 from tbx.policies.vllm import Turn, folder_version, serve
 from tbx.rl.grpo import LossSettings
 from tbx.rl.native import TurnSample, grpo_update
-from tests.policies.test_prompting import POLICY, REQUESTS, TOOLS
-from tests.vllm.test_engine import attached
+from tests.helpers.prompts import POLICY, REQUESTS, TOOLS
+from tests.vllm.servers import attached
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 

@@ -1,0 +1,101 @@
+"""The verl run the verl_bridge tests share (marker `verl`: .venv-vllm): its pool, its command, its settings, and
+what it left: the stored tries, verl's per-step rollout dump, each trajectory joined with the try behind it.
+Import it after `pytest.importorskip("verl")`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from tbx.store.training import step_of
+from tbx.verl_bridge.episode import episode_seed
+
+ROOT = Path(__file__).resolve().parents[2]
+# two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
+POOL = ("helpdesk/set_priority_easy/s0-00", "hr_payroll/withdraw_expense_easy/s0-00")
+GROUP, GROUPS, STEPS, RETRIES = 4, 1, 2, 2  # one group a step: the CI budget (a step of 2 groups took 221 s)
+# The token budget of a step: every episode's first prompt and its whole response stream (tool results and user
+# replies included) are capped (the launch-time prompt check; the agent loop's TokenTrace ends the episode when
+# its response budget is spent), so a step's update processes at most STEP_TOKENS tokens (test_verl_cpu), one episode per
+# micro-batch (ppo_max_token_len_per_gpu = PROMPT_TOKENS + RESPONSE_TOKENS), whatever verl samples.
+PROMPT_TOKENS, RESPONSE_TOKENS = 1536, 512
+ERRORS = ("infra_error", "user_sim_error", "verifier_error")
+# Faults are drawn from each try's task and stored attempt (tbx.verl_bridge.episode.fault_seed), so which ones
+# hit is known before the run: with this seed the clone of one step-1 try 0 of each pool task fails (helpdesk
+# slot 0, hr_payroll slot 2), whatever the model does; tool, user and the grader's reads add drawn ones.
+FAULT_RATES = {"tool": 0.1, "user": 0.05, "db": 0.1, "hang": 0.0, "seed": 1}
+FAULTS = tuple(f"faults.{site}={rate}" for site, rate in FAULT_RATES.items())
+
+
+def write_pool(path: Path, pool: str = "full_param", finetune: str = "full") -> Path:
+    """The pool manifest stage=select would write for two easy training tasks."""
+    from tbx.config import TasksConfig, plain
+    from tbx.records import PoolManifest, PoolTask
+
+    tasks = plain(TasksConfig(name="train_sample", domains=["helpdesk", "hr_payroll", "clinic"], split="train",
+                              families=["set_priority_easy", "close_ticket_easy", "cancel_leave_easy",
+                                        "withdraw_expense_easy", "cancel_appointment_easy", "check_in_easy"],
+                              per_family=2))
+    manifest = PoolManifest(kept=tuple(sorted(POOL)), pool={"name": pool, "finetune": finetune},
+                            tasks=tuple(PoolTask(t, t.split("/")[0], t.split("/")[1], band="medium", kept=True)
+                                        for t in sorted(POOL)),
+                            probe_settings={"tasks": tasks}).sealed()
+    path.write_text(json.dumps(manifest.to_dict(), indent=2))
+    return path
+
+
+def train_command(root: Path, pool: Path) -> list[str]:
+    return [sys.executable, str(ROOT / "launch.py"), "stage=train", "grpo.trainer=verl", f"train.pool={pool}",
+            "grpo=cpu_small", f"grpo.groups_per_step={GROUPS}", f"grpo.group_size={GROUP}", f"grpo.steps={STEPS}",
+            "grpo.save_every=1", "grpo.max_replacements=1", "model.max_new_tokens=96", f"grpo.max_error_retries={RETRIES}",
+            f"grpo.max_prompt_tokens={PROMPT_TOKENS}", f"grpo.max_response_tokens={RESPONSE_TOKENS}", "eval.max_turns=3",
+            *FAULTS, "hardware=local_jobs",
+            f"out_root={root / 'out'}", f"launcher.folder={root / 'jobs'}", "logger=none"]
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run_dir_of(root: Path) -> Path | None:
+    found = sorted((root / "out").glob("train-*"))
+    return found[0] if found else None
+
+
+def stored_rows(run: Path) -> list[dict]:
+    with sqlite3.connect(run / "results.sqlite", timeout=30) as conn:
+        return [json.loads(blob) for (blob,) in conn.execute("select record from attempts order by attempt, try_index")]
+
+
+def rollouts(run: Path, padding: bool = False) -> dict[int, list[dict]]:
+    """verl's dump of what each step trained on: {step: [{uid, gts (task id), score, ...}]}. verl fills a batch
+    whose size its mini-batches do not divide (a session whose every try errored leaves one trajectory out) with
+    no-op samples of uid `pad…` (verl/trainer/ppo/padding_utils.py); `padding=True` gives those instead."""
+    return {int(path.stem): [sample for sample in map(json.loads, filter(str.strip, path.read_text().splitlines()))
+                             if sample["uid"].startswith("pad") == padding]
+            for path in (run / "verl" / "rollouts").glob("*.jsonl")}
+
+
+def joined_tries(verl_run) -> list[tuple[dict, dict]]:
+    """Each trajectory verl trained on, with the stored try that produced it (the try's seed is derived
+    from verl's prompt uid, its session and the try index: tbx.verl_bridge.episode.episode_seed)."""
+    rows = stored_rows(verl_run["run"])
+    by_seed = defaultdict(list)
+    for row in rows:
+        by_seed[(row["task_id"], row["seed"])].append(row)
+    joined = []
+    for step, samples in rollouts(verl_run["run"]).items():
+        for sample in samples:
+            uid, session, _ = sample["uid"].rsplit("_", 2)
+            found = [row for t in range(RETRIES + 1)
+                     for row in by_seed[(sample["gts"], episode_seed(uid, int(session), t))]
+                     if step_of(row["attempt"]) == step - 1]
+            assert len(found) >= 1, f"step {step}: no stored try for {sample['uid']} ({sample['gts']})"
+            verdicts = [row for row in found if row["outcome"] not in ERRORS]
+            assert len(verdicts) == 1, f"step {step}: {len(verdicts)} verdict tries for {sample['uid']}"
+            joined.append((sample, verdicts[0]))
+    return joined
