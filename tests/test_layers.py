@@ -45,3 +45,17 @@ def test_the_architecture_page_draws_the_contract_layers():
     block = re.search(r"## Layers\n.*?```\n(.*?)```", text, re.S).group(1)
     drawn = [re.split(r"\s{2,}", line.strip())[0] for line in block.splitlines() if line.strip()]
     assert drawn == next(c for c in contracts() if c["type"] == "layers")["layers"]
+
+
+def test_no_test_module_imports_another_or_the_entry_script():
+    """Shared test code lives in helper modules (tests/helpers/, a folder's non-test modules, conftest fixtures);
+    only tests/test_compose_all.py, which tests the entry script itself, imports launch.py."""
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*from tests(\.\w+)*\.test_\w+ import|\s*import tests(\.\w+)*\.test_", line):
+                found.append(f"{path.relative_to(root)}:{number}")
+            elif re.match(r"\s*(import launch\b|from launch import)", line) and path.name != "test_compose_all.py":
+                found.append(f"{path.relative_to(root)}:{number}")
+    assert not found
