@@ -21,7 +21,6 @@ session lives in a temp folder of its own. This module imports ray only inside `
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import secrets
@@ -30,11 +29,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from tbx.errors import InfraError
 from tbx.process.owner import die_with_parent
@@ -93,11 +95,11 @@ def node_ip(hosts: int = 1) -> str:
     return ip
 
 
-def head_command(spec: RaySpec, ip: str, port: int, client_server: bool | None = None) -> list[str]:
-    """`client_server`: Ray starts its client server (port 10001 by default) only when the
-    `ray[client]` dependencies (grpc) are installed, and refuses the port flag without them."""
-    if client_server is None:
-        client_server = importlib.util.find_spec("grpc") is not None
+def head_command(spec: RaySpec, ip: str, port: int, client_server: bool = False) -> list[str]:
+    """`client_server`: also start Ray's client server (for `ray://` drivers; it needs the `ray[client]`
+    dependencies, grpc). tbx's drivers join the cluster at its GCS address, so it is off: one port less
+    picked ahead of time (a port picked free can be taken before Ray binds it, and a head whose client server
+    cannot bind stops every process it started)."""
     client = [f"--ray-client-server-port={free_port()}"] if client_server else []
     return [ray_executable(), "start", "--head", "--block", f"--node-ip-address={ip}", f"--port={port}",
             *client, "--include-dashboard=false", *_node_flags(spec)]
@@ -151,12 +153,40 @@ def _run_head(function: Callable[..., Any], args: tuple, spec: RaySpec) -> Any:
         _publish(spec.rendezvous / "head.json", {"address": address, "token_path": str(token_path or "")})
         os.environ.update(env | {"RAY_ADDRESS": address})
         wait_for_nodes(address, spec.num_nodes, process, spec)
-        return function(*args)
+        return _while_head_lives(function, args, process, spec.rendezvous / "ray-head.log")
     finally:
         (spec.rendezvous / "done").touch()
         _wait_workers_stopped(spec)
         _stop(process)
         shutil.rmtree(spec.temp_dir, ignore_errors=True)
+
+
+def _while_head_lives(function: Callable[..., Any], args: tuple, head: subprocess.Popen, log: Path) -> Any:
+    """`function(*args)`, ended when the Ray head exits under it: a driver whose GCS is gone retries it
+    forever, so the head's death stops this process's other children (the driver) and is the error raised."""
+    stop, died = threading.Event(), []
+
+    def watch() -> None:
+        while not stop.wait(POLL_S):
+            if head.poll() is not None:
+                died.append(f"the Ray head exited with {head.returncode} while the job ran; the end of {log}:\n"
+                            f"{_tail(log)}")
+                for child in psutil.Process().children():
+                    if child.pid != head.pid:
+                        child.terminate()
+                return
+
+    watcher = threading.Thread(target=watch, name="tbx-ray-head-watch", daemon=True)
+    watcher.start()
+    try:
+        return function(*args)
+    except Exception:
+        if died:
+            raise InfraError(died[0]) from None
+        raise
+    finally:
+        stop.set()
+        watcher.join()
 
 
 def _run_worker(spec: RaySpec, rank: int) -> None:

@@ -204,3 +204,30 @@ def test_multirun_sweep_fans_out_through_dispatch(tmp_path):
     assert out.returncode == 0, out.stderr
     summaries = {p.parent.name.split("-")[2]: json.loads(p.read_text()) for p in tmp_path.glob("eval-mock-*/summary.json")}
     assert summaries["oracle"]["pass_at_1"] == 1.0 and summaries["null"]["pass_at_1"] == 0.0
+
+
+HEAD_DIES = """
+import subprocess, sys
+from pathlib import Path
+from tbx.launch.ray_cluster import _while_head_lives
+log = Path(sys.argv[1])
+log.write_text("gcs_server: Address already in use\\n")
+head = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1)"])
+try:
+    _while_head_lives(lambda: subprocess.run([sys.executable, "-c", "import time; time.sleep(300)"], check=True), (),
+                      head, log)
+except Exception as exc:
+    print(type(exc).__name__, str(exc).splitlines()[0])
+    sys.exit(3)
+"""
+
+
+def test_a_ray_head_that_dies_under_the_job_ends_it_with_the_heads_log(tmp_path):
+    # A driver whose GCS is gone retries it forever (a head whose client server could not bind its port stopped
+    # every daemon it had started, and verl waited for 30 minutes): the head's exit ends the driver and is the error.
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", HEAD_DIES, str(tmp_path / "ray-head.log")], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert done.stdout.startswith("InfraError the Ray head exited with 0 while the job ran")
+    assert time.monotonic() - start < 100  # not the driver's 300 s
