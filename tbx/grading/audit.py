@@ -106,14 +106,15 @@ def _verbatim(text: str) -> re.Pattern[str]:
     return re.compile(r"\s+".join(re.escape(word) for word in _normal(text).split(" ")))
 
 
-def _leaves(value: Any) -> Iterator[str]:
-    """Scalar parts of a fact value as text; booleans and nulls cannot be told apart in prose."""
+def fact_leaves(value: Any) -> Iterator[str]:
+    """Scalar parts of a fact value as text; booleans and nulls cannot be told apart in prose (the audit and
+    the LLM user's own check of its turns read facts the same way)."""
     if isinstance(value, Mapping):
         for item in value.values():
-            yield from _leaves(item)
+            yield from fact_leaves(item)
     elif isinstance(value, list | tuple):
         for item in value:
-            yield from _leaves(item)
+            yield from fact_leaves(item)
     elif isinstance(value, bool) or value is None:
         return
     elif isinstance(value, float) and value.is_integer():
@@ -164,7 +165,7 @@ def task_secrets(task: Mapping[str, Any], expected: Sequence[Mapping[str, Any]] 
     facts, shared, known = [], [], _normal(public)
     for name, fact in (user.get("private_facts") or {}).items():
         value = fact.get("value") if isinstance(fact, Mapping) else fact
-        values = [v for v in dict.fromkeys(_leaves(value)) if len(v) >= MIN_VALUE]
+        values = [v for v in dict.fromkeys(fact_leaves(value)) if len(v) >= MIN_VALUE]
         shared += [v for v in values if _mentions(known, v)]
         values = [v for v in values if v not in shared]
         if values:

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tbx.config import EndpointConfig, UserConfig
 from tbx.errors import InfraError, UserSimError
+from tbx.grading.audit import fact_leaves
 from tbx.llm.client import ChatClient
 from tbx.llm.parsing import parse_openai_message  # strips reasoning the same way as for agents
 from tbx.messages import Message
@@ -103,7 +104,7 @@ def audit_user_turn(scenario: UserScenario, conversation: Sequence[Message], tex
     understood = set(reader_for(scenario).asked(message, sentences).facts)
     revealed, problems = [], []
     for name, fact in scenario.private_facts.items():
-        values = [v for v in _leaves(fact.value) if len(v) >= 2]
+        values = [v for v in fact_leaves(fact.value) if len(v) >= 2]
         if not any(_mentions(text, v) for v in values) or any(_mentions(earlier, v) for v in values):
             continue
         revealed.append(name)
@@ -130,22 +131,6 @@ def _last_agent_text(conversation: Sequence[Message]) -> str:
 
 def _show(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def _leaves(value: Any) -> Iterator[str]:
-    """The scalar parts of a fact value as text; booleans and nulls cannot be told apart in prose."""
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _leaves(item)
-    elif isinstance(value, bool) or value is None:
-        return
-    elif isinstance(value, float) and value.is_integer():
-        yield str(int(value))
-    else:
-        yield str(value).strip()
 
 
 def _mentions(text: str, value: str) -> bool:
@@ -175,7 +160,7 @@ def _identifier_tokens(text: str) -> list[str]:
 
 
 def _known_tokens(scenario: UserScenario, visible: Sequence[str]) -> set[str]:
-    facts = [leaf for fact in scenario.private_facts.values() for leaf in _leaves(fact.value)]
+    facts = [leaf for fact in scenario.private_facts.values() for leaf in fact_leaves(fact.value)]
     texts = [scenario.persona, scenario.instructions, scenario.opening_message, *facts, *visible]
     return {_normalize(raw) for text in texts for raw in _TOKEN.findall(_THOUSANDS.sub("", text))}
 
