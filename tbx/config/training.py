@@ -68,6 +68,9 @@ class GrpoConfig:
     # tbx/rl/correction.py); > 1, typically 2.0; needs model.temperature 1; null: off. verl's counterpart,
     # algorithm.rollout_correction.rollout_is=token + rollout_is_threshold, is not passed by the bridge yet.
     is_threshold: float | None = None
+    # Asynchronous GRPO: a step trains on turns sampled by weights at most this many versions old, while
+    # the sampler keeps playing the next steps' groups during the update (docs/training.md); 0: synchronous.
+    max_staleness: int = 0
     trainer: Trainer = Trainer.native  # native (transformers in-process) | verl (Ray + vLLM on clusters)
     verl_entry: str = "verl.trainer.main_ppo"  # verl: the module `python -m` runs with the overrides
 

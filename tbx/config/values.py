@@ -147,6 +147,12 @@ def check_grpo(cfg: Config) -> None:
                    "give grpo.kl_coef=0, or train with grpo.trainer=verl (its KL loss uses a reference model)")
     if cfg.grpo.is_threshold is not None:
         check_is_threshold(cfg)
+    if cfg.grpo.max_staleness < 0:
+        raise fail(cfg, "grpo.max_staleness", f"is {cfg.grpo.max_staleness}",
+                   "give 0 (synchronous) or the number of weight versions a trained turn may lag (e.g. 1)")
+    if cfg.grpo.max_staleness > 0:
+        raise fail(cfg, "grpo.max_staleness", f"is {cfg.grpo.max_staleness}, but asynchronous training is not "
+                   "built yet", "give grpo.max_staleness=0")
 
 
 def check_is_threshold(cfg: Config) -> None:
