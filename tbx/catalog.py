@@ -38,11 +38,9 @@ from tbx.tools.runtime import invoke
 
 @cache
 def tools_hash(domain: str) -> str:
-    """The version of a domain's tool code: its tools.py and schema.py, with rows.py where it has one."""
+    """The version of a domain's tool code: its tools.py and schema.py."""
     package = f"tbx.domains.{domain}"
-    tools = importlib.import_module(f"{package}.tools")
-    rows = [importlib.import_module(f"{package}.rows")] if Path(tools.__file__).with_name("rows.py").is_file() else []
-    return source_hash(tools, importlib.import_module(f"{package}.schema"), *rows)
+    return source_hash(importlib.import_module(f"{package}.tools"), importlib.import_module(f"{package}.schema"))
 
 
 @cache

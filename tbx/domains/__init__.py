@@ -1,6 +1,4 @@
-"""Domains: each a folder with schema.py, seed.py, tools.py, tasks.py and policy.md. Where tools.py or tasks.py
-would grow long, rows.py holds the row reads and writes its tools share and task_parts.py the parts its task
-families are built from (vocabulary, shared builders).
+"""Domains: each a folder with schema.py, seed.py, tools.py, tasks.py and policy.md.
 
 A domain is found by name (a task's `domain` field) through this registry and imported lazily.
 No domain imports another.

@@ -115,9 +115,8 @@ CODE_PARTS = {
               "users/profiles.py", "users/reading.py", "users/scripted.py"),
     "agent": ("policies/prompting.py", "llm/parsing.py", "llm/wire.py", "episodes/run.py", "messages.py"),
 }
-# rows.py: the row reads and writes a domain's tools share, where tools.py would be long (consulting); a
-# domain's task_parts.py needs no entry, since the content of every task it helps generate counts
-DOMAIN_PARTS = ("schema.py", "seed.py", "tools.py", "rows.py", "policy.md")
+# a domain's tasks.py needs no entry: the content of every task it generates counts
+DOMAIN_PARTS = ("schema.py", "seed.py", "tools.py", "policy.md")
 PACKAGE = Path(__file__).parents[1]  # tbx/
 
 

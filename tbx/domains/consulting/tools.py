@@ -7,24 +7,18 @@ the partner-approval threshold, per-diem limits and PO budgets live in policy.md
 agent's to follow: the tools would let the agent break them, which is exactly what a task checks.
 """
 
+
+from __future__ import annotations
+
 import datetime as dt
 from decimal import ROUND_HALF_UP, Decimal
 
 from sqlalchemy import func, insert, select, update
 
-from tbx.domains.consulting.rows import (
-    MODIFIED,
-    client_row,
-    consultant_row,
-    decide_expense,
-    engagement_row,
-    invoice_row,
-    log_event,
-    money,
-)
 from tbx.domains.consulting.schema import (
     approval_requests,
     assignments,
+    audit_log,
     cases,
     clients,
     consultants,
@@ -40,8 +34,46 @@ from tbx.domains.consulting.schema import (
     time_entries,
     timesheet_periods,
 )
-from tbx.domains.kit import CENT, fetch_one, fetch_rows, record_once
+from tbx.domains.kit import CENT, fetch_one, fetch_rows, parse_money, record_once
 from tbx.tools import ToolFailure, tool
+
+MODIFIED = "modified"  # updated_at marker: a constant keeps terminal states reproducible
+
+
+def client_row(db, client_code: str) -> dict:
+    return fetch_one(db, clients, client_code.strip().upper(), "client", clients.c.client_code, quote=True)
+
+
+def consultant_row(db, consultant_id: int) -> dict:
+    return fetch_one(db, consultants, consultant_id, "consultant", quote=True)
+
+
+def engagement_row(db, code: str) -> dict:
+    return fetch_one(db, engagements, code.strip().upper(), "engagement", engagements.c.code, quote=True)
+
+
+def invoice_row(db, invoice_number: str) -> dict:
+    return fetch_one(db, invoices, invoice_number.strip().upper(), "invoice", invoices.c.invoice_number, quote=True)
+
+
+def money(value: float, name: str, allow_zero: bool = False) -> Decimal:
+    return parse_money(value, name, allow_zero, cents_message="{name} {amount} has more than two decimals",
+                       sign_message="{name} must be " + ("zero or more" if allow_zero else "greater than zero"))
+
+
+def log_event(db, event: str) -> None:
+    db.execute(insert(audit_log).values(event=event))
+
+
+def decide_expense(db, expense_id: int, status: str, note: str | None) -> dict:
+    row = fetch_one(db, expenses, expense_id, "expense", quote=True)
+    if row["status"] != "submitted":
+        raise ToolFailure(f"expense {expense_id} is already {row['status']}")
+    db.execute(update(expenses).where(expenses.c.id == expense_id).values(status=status, decision_note=note,
+                                                                          updated_at=MODIFIED))
+    log_event(db, f"{status} expense={expense_id}")
+    return {"expense_id": expense_id, "status": status, "amount": row["amount"]}
+
 
 CASE_CATEGORIES = ("unauthorized_invoice_request", "closed_period_correction", "other")
 
