@@ -28,7 +28,7 @@ from tbx.view.pages import episode_page, headline
 from tbx.view.store import load_runs
 from tests.helpers.stage import make_cfg
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "runs_5519a9e"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "runs_5519a9e"
 JUDGED, PLAIN, NICKNAME = "fixture/mock/transfer-judged", "fixture/mock/transfer-20", "fixture/mock/nickname"
 COIN = {(JUDGED, 0): "failure", (JUDGED, 1): "success", (JUDGED, 2): "user_sim_error", (PLAIN, 0): "success",
         (PLAIN, 1): "success", (PLAIN, 2): "failure", (NICKNAME, 0): "success", (NICKNAME, 1): "success",

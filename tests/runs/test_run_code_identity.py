@@ -13,7 +13,7 @@ import pytest
 from tbx.runs.identity import run_name
 from tests.launch import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = ("stage=eval", "tasks=mock", "policy=model")
 NAME = """
 import sys
