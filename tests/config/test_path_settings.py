@@ -14,7 +14,7 @@ import yaml
 from tbx.domains import get_domain
 from tests.launch import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("value", ["~/my_tasks", "$HOME/my_tasks"])
