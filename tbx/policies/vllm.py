@@ -135,6 +135,11 @@ class VLLMPolicy(Policy):
         return fit_prompt(self.tokenizer, messages, tools, self.demonstrations(tools), budget,
                           tool_format=self.tool_format, template_kwargs=self.model_cfg.chat_template_kwargs)
 
+    def accepts_versions(self, versions: tuple[str, ...]) -> bool:
+        """Whether a turn sampled by `versions` came from the weights this policy serves (a trainer that
+        plays while it updates also accepts its recent versions)."""
+        return versions == (self.weights_version,)
+
     async def generate(self, prompt_ids: Sequence[int], seed: int) -> Generation:
         room = self.model_cfg.context_length - len(prompt_ids)
         sampling = {"max_tokens": max(1, min(self.model_cfg.max_new_tokens, room)),
@@ -142,7 +147,7 @@ class VLLMPolicy(Policy):
                     "logprobs": 0, "stop_token_ids": self.stop_ids, "stop": [CALL_CLOSE],
                     "include_stop_str_in_output": True}
         result = await self.client.generate(prompt_ids, sampling, self.served_model)
-        if result["versions"] and result["versions"] != (self.weights_version,):
+        if result["versions"] and not self.accepts_versions(result["versions"]):
             raise InfraError(f"the turn was sampled by weights {list(result['versions'])}, not {self.weights_version}: "
                              "another process changed what the vLLM server serves (one run per server at a time)")
         text = self.tokenizer.decode(result["token_ids"], skip_special_tokens=True)
