@@ -2,17 +2,21 @@
 (docs/environments.md).
 
     .venv-envs/bin/python examples/verifiers_vllm.py [tbx overrides ...] [-- vf-eval flags ...]
+    .venv-envs/bin/python examples/verifiers_vllm.py tasks=mock 'tasks.families=[transfer]' eval.max_turns=3 \
+        model.temperature=0.2 -- --env.taskset.tool_format json -r 4
     .venv-envs/bin/python examples/verifiers_vllm.py tasks=travel tasks.per_family=1 eval.max_turns=3 model.context_length=8192
 
 Starts vLLM as tbx does for `model.kind: vllm` (`tbx.policies.vllm.serve`: the packaged GGUF converted once
 into the model cache, the CPU build in `.venv-vllm`, tbx's flags), runs `vf-eval tbx-tasks` against its
 OpenAI-compatible endpoint with the model group's sampling (`model.max_new_tokens`, `model.temperature`),
 and stops it. The tbx overrides name both the served model (`model=...`, `model.context_length=...`) and the
-task set (`--env.taskset.overrides`): one list, as on tbx's command line. verifiers' chat harness runs in its
-subprocess runtime. The episodes are stored in the run folder `<out_root>/serve-<tasks>-verifiers-<hash>/`
-(`outputs/` by default, as every tbx run; a task set run again continues it), vf-eval's own results in its
-`vf-<time>/`. Prints vf-eval's own report, then one JSON line: the seconds (vLLM start, vf-eval), the run
-folder, and per episode the reward verifiers recorded beside the verdict tbx stored for the same task and attempt.
+task set (`--env.taskset.overrides`): one list, as on tbx's command line; vf-eval flags go after `--`
+(`--env.taskset.tool_format json`: tbx's own prompt and call format, which SmolLM2-135M follows on the mock
+transfer tasks). verifiers' chat harness runs in its subprocess runtime. The episodes are stored in the run
+folder `<out_root>/serve-<tasks>-verifiers-<hash>/` (`outputs/` by default, as every tbx run; a task set run again
+continues it), vf-eval's own results in its `vf-<time>/`. Prints vf-eval's own report, then one JSON line: the
+seconds (vLLM start, vf-eval), the run folder, and per episode the reward verifiers recorded beside the verdict
+tbx stored for the same task and attempt (and its tool calls).
 """
 
 from __future__ import annotations
@@ -73,7 +77,8 @@ def evaluate(overrides: list[str], vf_flags: list[str]) -> dict:
         command = [*vf_command(server.base_url, server.spec.served_name, words, cfg.model.max_new_tokens,
                                cfg.model.temperature, vf_dir), *vf_flags]
         env = os.environ | {"TBX_VLLM_API_KEY": "unused",  # vLLM started by tbx takes any key
-                            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "envs" / "verifiers"),
+                                                                       os.environ.get("PYTHONPATH")])),
                             "PATH": f"{VF_EVAL.parent}{os.pathsep}{os.environ['PATH']}"}
         evaluated = time.perf_counter()
         done = subprocess.run(command, env=env, cwd=vf_dir)
@@ -82,7 +87,8 @@ def evaluate(overrides: list[str], vf_flags: list[str]) -> dict:
     finally:
         stop_shared()
     stored = {(r.task_id, r.attempt): r for r in read_records(run_dir)}
-    verdicts = {key: {"tbx_outcome": r.outcome.value, "tbx_reward": r.reward} for key, r in stored.items()}
+    verdicts = {key: {"tbx_outcome": r.outcome.value, "tbx_reward": r.reward,
+                      "tbx_tool_calls": r.counts.get("tool_calls")} for key, r in stored.items()}
     episodes = [e | verdicts.get((e["task_id"], e["attempt"]), {"tbx_outcome": None, "tbx_reward": None})
                 for e in episodes_of(vf_dir)]
     return {"returncode": done.returncode, "vllm_ready_s": round(ready, 1), "vf_eval_s": round(vf_seconds, 1),

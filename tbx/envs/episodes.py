@@ -39,6 +39,7 @@ from tbx.config import Config, register_configs
 from tbx.config.checks import compose_config, config_object
 from tbx.episodes import episode_limits, run_episode
 from tbx.errors import AgentFault
+from tbx.messages import AssistantTurn, Message
 from tbx.records import EpisodeResult
 from tbx.runs.identity import record_engine
 from tbx.serve.episode import Reply, ServedEpisode
@@ -113,6 +114,22 @@ class Episode:
     async def areply(self, text: str) -> Reply:
         self.steps += 1
         return await self.tasks.loop.arun(self.served.reply_to_user(text))
+
+    async def aturn(self, turn: AssistantTurn) -> list[Message]:
+        """One agent turn as tbx's own policies return one (text, tool calls, call attempts the parser could not read),
+        played as the episode loop plays theirs; the messages that answer it (tool results and parse errors, or the
+        user's reply), none once the episode is over."""
+        self.steps += 1
+
+        async def play() -> list[Message]:
+            await self.served._turn(turn)
+            if self.over:
+                return []
+            messages = list(self.served._messages)  # the loop's transcript, waiting for the next turn
+            last = max(i for i, m in enumerate(messages) if m.role == "assistant")
+            return messages[last + 1:]
+
+        return await self.tasks.loop.arun(play())
 
     async def afinish(self, final_text: str | None = None) -> EpisodeResult:
         return await self.tasks.loop.arun(self._finish(final_text))

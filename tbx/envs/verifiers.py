@@ -3,7 +3,8 @@
 The installable package `envs/verifiers` (distribution `tbx-tasks`, module `tbx_tasks`) exports these
 classes, so verifiers loads them by name: `vf-eval tbx-tasks ...` evaluates, and verifiers-based
 trainers take the same id. Its config: `--env.taskset.overrides` (a tbx task set as on the command line,
-e.g. `'["tasks=travel", "tasks.per_family=1"]'`).
+e.g. `'["tasks=travel", "tasks.per_family=1"]'`) and `--env.taskset.tool_format` (null: text actions, below;
+"json" | "compact": tbx's own prompt and call format, as `tbx.envs.trl`'s `tool_format`).
 
 What maps to what:
 - task -> a verifiers task per tbx task (`id` = the tbx task id); its system prompt is the task's policy
@@ -14,6 +15,12 @@ What maps to what:
   (its answer is the next user turn), until the user ends the conversation or the agent's turns run out
   (`rollout_end`, the state graded). Tools travel as text actions, as in verifiers' own OpenEnv and
   TextArena tasksets: no toolset server is started (the chat harness's MCP tools are not used).
+- `tool_format` "json" | "compact": the system prompt is the one tbx's `stage=eval` gives a local model (the
+  policy, tbx's call instruction, the tools rendered in that format), its worked tool calls (`model.few_shot`
+  of the task set's config) come before the user's opening, and each reply is read by tbx's own parser
+  (`tbx.llm.parsing`) and played as the episode loop plays a tbx policy's turn: its `<tool_call>` blocks call
+  the tools, an attempt the parser cannot read is answered with tbx's parse error (no user turn), a reply
+  without calls is said to the user. The answer comes back as tbx renders it (`<tool_response>` blocks).
 - verdict -> the reward `tbx_verdict` (1.0 / 0.0) on the agent's trace, the outcome in `trace.info`;
   a harness error (database, tools, user simulator, judge) or an excluded verdict raises, so verifiers
   marks the episode failed (retried under `--env.retries`, never scored), never a 0.
@@ -29,8 +36,18 @@ import verifiers.v1 as vf
 from verifiers.v1.harnesses.null.harness import NullHarness
 
 from tbx.envs.episodes import Episode, TaskSet
+from tbx.envs.trl import tool_schemas
+from tbx.llm.parsing import parse_assistant_text
+from tbx.messages import AssistantTurn
+from tbx.policies.prompting import (
+    ChatMessage,
+    ToolFormat,
+    conversation_turns,
+    demonstration_turns,
+    demonstrations_for,
+    system_text,
+)
 from tbx.serve.episode import Reply
-from tbx.serve.server import domain_tools
 
 CONSUMER = "verifiers"
 SAMPLE = ["tasks=travel", "tasks.per_family=1"]
@@ -61,11 +78,14 @@ def task_set(overrides: list[str] | tuple[str, ...]) -> TaskSet:
 class TbxTasksetConfig(vf.TasksetConfig):
     overrides: list[str] = list(SAMPLE)
     """The tbx task set, as on tbx's command line (`store.url=...` and the rest go here too)."""
+    tool_format: ToolFormat | None = None
+    """null: the tools as JSON schemas and text actions; "json" | "compact": tbx's own prompt and call format."""
 
 
 class TbxData(vf.TaskData):
     task_id: str
     overrides: list[str]
+    tool_format: ToolFormat | None = None
 
 
 class TbxTask(vf.Task[TbxData]):
@@ -75,17 +95,27 @@ class TbxTask(vf.Task[TbxData]):
 class TbxTaskset(vf.Taskset[TbxTask, TbxTasksetConfig]):
     def load(self) -> Iterator[TbxTask]:
         tasks = task_set(self.config.overrides)
+        tool_format = self.config.tool_format
         for task_id in tasks.task_ids:
-            system = tasks.task(task_id).policy + ACTIONS + _tool_lines(tasks, task_id)
-            data = TbxData(id=task_id, name=task_id, prompt=None, system_prompt=system, task_id=task_id,
-                           overrides=list(self.config.overrides))
+            data = TbxData(id=task_id, name=task_id, prompt=None, system_prompt=system_prompt(tasks, task_id, tool_format),
+                           task_id=task_id, overrides=list(self.config.overrides), tool_format=tool_format)
             yield TbxTask(data, self.config.task)
 
 
-def _tool_lines(tasks: TaskSet, task_id: str) -> str:
-    listed = tasks.loop.run(domain_tools(tasks.task(task_id).domain, tasks.tools(task_id)))
-    return "\n".join(json.dumps({"name": t.name, "description": t.description, "parameters": t.input_schema})
-                     for t in listed)
+def system_prompt(tasks: TaskSet, task_id: str, tool_format: ToolFormat | None = None) -> str:
+    """The task's policy and its tools: as JSON schemas with the text actions, or tbx's own system text."""
+    policy, tools = tasks.task(task_id).policy, tool_schemas(tasks, task_id)
+    if tool_format is not None:
+        return system_text(policy, tools, tool_format=tool_format)
+    return policy + ACTIONS + "\n".join(json.dumps({"name": t.name, "description": t.description,
+                                                     "parameters": t.parameters}) for t in tools)
+
+
+def opening_turn(tasks: TaskSet, task_id: str, opening: str, tool_format: ToolFormat | None) -> str | list[ChatMessage]:
+    """The first user turn: the user's opening, after tbx's worked tool calls under tbx's format with `model.few_shot`."""
+    if tool_format is None or not tasks.cfg.model.few_shot:
+        return opening
+    return [*demonstration_turns(demonstrations_for(tool_schemas(tasks, task_id))), {"role": "user", "content": opening}]
 
 
 def parse_action(text: str) -> tuple[str, dict] | None:
@@ -103,9 +133,15 @@ def parse_action(text: str) -> tuple[str, dict] | None:
     return action["tool"], arguments if isinstance(arguments, dict) else {"arguments": arguments}
 
 
-async def act(episode: Episode, text: str) -> Reply:
+async def act(episode: Episode, text: str, tool_format: ToolFormat | None = None) -> str:
+    """Play one reply of the agent; what answers it (the next user turn)."""
+    if tool_format is not None:
+        parsed = parse_assistant_text(text)  # tbx's reader of a model's output, as its policies read theirs
+        answer = await episode.aturn(AssistantTurn(parsed.content, parsed.tool_calls, malformed=parsed.malformed))
+        return "\n\n".join(turn["content"] for turn in conversation_turns(answer))
     call = parse_action(text)
-    return await (episode.areply(text) if call is None else episode.acall_tool(*call))
+    reply: Reply = await (episode.areply(text) if call is None else episode.acall_tool(*call))
+    return reply.text
 
 
 class TbxEnvConfig(vf.EnvConfig):
@@ -116,13 +152,14 @@ class TbxEnv(vf.Env[TbxEnvConfig]):
     async def run(self, task: TbxTask, agents: vf.Agents) -> None:
         tasks = task_set(task.data.overrides)
         episode = await tasks.aopen(task.data.task_id)
+        tool_format = task.data.tool_format
         async with agents.player.interaction(task) as interaction:
-            segment = await interaction.turn(episode.opening)
+            segment = await interaction.turn(opening_turn(tasks, task.data.task_id, episode.opening, tool_format))
             while not segment.terminated and not episode.over:
-                reply = await act(episode, segment.last_reply)
+                answer = await act(episode, segment.last_reply, tool_format)
                 if episode.over:
                     break
-                segment = await interaction.turn(reply.text)
+                segment = await interaction.turn(answer)
         result = await episode.afinish()
         trace = interaction.trace
         trace.info |= {"tbx_outcome": result.outcome.value, "tbx_attempt": episode.attempt,

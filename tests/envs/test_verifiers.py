@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tbx.llm.parsing import render_assistant_text
+from tbx.messages import ToolCall
 from tbx.policies.reference import DONE
 from tbx.store.results import read_records
 from tests.envs import eval_records, overrides
@@ -23,6 +25,9 @@ pytest.importorskip("verifiers", reason="verifiers is not installed here: script
 from tbx.envs.verifiers import parse_action
 
 VF_EVAL = Path(sys.executable).parent / "vf-eval"
+ROOT = Path(__file__).resolve().parents[2]
+# vf-eval's process imports this checkout's tbx and tbx_tasks (the venv's editable installs may name another)
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "envs" / "verifiers"), os.environ.get("PYTHONPATH")]))
 pytestmark = [pytest.mark.envs, pytest.mark.slow,
               pytest.mark.skipif(not VF_EVAL.exists() or shutil.which("uv", path=str(VF_EVAL.parent)) is None,
                                  reason="vf-eval or uv missing beside this python: scripts/setup_envs.sh")]
@@ -41,8 +46,9 @@ def agent(tasks, steps_of):
 
     def respond(body):
         messages = body["messages"]
-        task = openings[next(m["content"] for m in messages if m["role"] == "user")]
-        done = sum(1 for m in messages if m["role"] == "assistant")
+        start = next(i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] in openings)
+        task = openings[messages[start]["content"]]  # the turns before it are tbx's worked examples, if any
+        done = sum(1 for m in messages[start:] if m["role"] == "assistant")
         steps = steps_of(task)
         return text_reply(steps[done] if done < len(steps) else DONE)
 
@@ -54,6 +60,12 @@ def reference(task):
             for s in task.reference]
 
 
+def reference_in_tbx_format(task):
+    """The reference solution as a model speaking tbx's format writes it: a `<tool_call>` block a tool step."""
+    return [render_assistant_text("", [ToolCall(s.tool, dict(s.arguments))]) if s.tool else (s.say or "")
+            for s in task.reference]
+
+
 def vf_eval(tmp_path, task_overrides, respond, *flags):
     """`vf-eval tbx-tasks` against the scripted model; the tbx records it stored, and the chat requests."""
     tmp_path.mkdir(parents=True, exist_ok=True)
@@ -62,7 +74,7 @@ def vf_eval(tmp_path, task_overrides, respond, *flags):
                    "--client.api-key-var", "FAKE_KEY", "--no-push", "-o", str(tmp_path / "vf"),
                    "--env.player.runtime.type", "subprocess", "--env.taskset.overrides", json.dumps(task_overrides),
                    *flags]
-        env = dict(os.environ, FAKE_KEY="unused", PATH=f"{VF_EVAL.parent}:{os.environ['PATH']}")
+        env = dict(os.environ, FAKE_KEY="unused", PATH=f"{VF_EVAL.parent}:{os.environ['PATH']}", PYTHONPATH=PYTHONPATH)
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         requests = [r.body for r in model.chat_requests]
@@ -117,3 +129,50 @@ def test_an_injected_harness_fault_fails_the_episode_never_a_0(tmp_path):
     (episode,) = [json.loads(line) for line in traces.read_text().splitlines()]
     assert "tbx_verdict" not in json.dumps(episode.get("traces", []))  # no reward recorded, the episode failed
     assert "no verdict (infra_error)" in json.dumps(episode)
+
+
+MALFORMED = '<tool_call>\n{"name": "transfer", "arguments": {"from_account": 1,\n</tool_call>'  # cut-off JSON
+
+
+def test_tbx_s_tool_format_the_reference_scores_1_the_null_agent_0_and_a_malformed_call_gets_tbx_s_parse_error(tmp_path):
+    from tbx.envs.episodes import TaskSet
+    from tbx.envs.trl import tool_schemas
+    from tbx.envs.verifiers import system_prompt
+    from tbx.policies.prompting import demonstration_turns, demonstrations_for, system_text
+
+    mock = ("tasks=mock", "tasks.families=[transfer]")  # mock/transfer/5 and mock/transfer/20
+    flags = ("--env.taskset.tool_format", "json", "-c", "2")
+
+    def steps(task):  # mock/transfer/5 first writes a call the parser cannot read
+        return [MALFORMED, *reference_in_tbx_format(task)] if task.id == "mock/transfer/5" else reference_in_tbx_format(task)
+
+    with TaskSet.load("verifiers", *overrides(tmp_path / "probe"), *mock) as tasks:
+        solved, requests = vf_eval(tmp_path / "reference", overrides(tmp_path / "reference", *mock),
+                                   agent(tasks, steps), *flags)
+        idle, _ = vf_eval(tmp_path / "null", overrides(tmp_path / "null", *mock), agent(tasks, lambda t: []), *flags)
+        task = tasks.task("mock/transfer/5")
+        tools = tool_schemas(tasks, task.id)
+        assert system_prompt(tasks, task.id, "json") == system_text(task.policy, tools, tool_format="json")
+        expected_start = [{"role": "system", "content": system_text(task.policy, tools, tool_format="json")},
+                          *demonstration_turns(demonstrations_for(tools)),  # model.few_shot: SmolLM2's default
+                          {"role": "user", "content": task.user.opening_message}]
+    oracle = eval_records(tmp_path, "oracle", *mock)
+    by_task = {r.task_id: r for r in solved}
+    assert sorted(by_task) == ["mock/transfer/20", "mock/transfer/5"] and len(idle) == 2
+    assert all(r.reward == 1.0 and r.outcome == "success" for r in solved)
+    assert all(r.reward == 0.0 and r.outcome == "failure" for r in idle)
+    keys = ("outcome", "reward", "grade")  # the same verdict as stage=eval's reference on the same task
+    assert [by_task["mock/transfer/20"].to_dict()[k] for k in keys] == [oracle["mock/transfer/20"].to_dict()[k] for k in keys]
+    assert expected_start in [r["messages"] for r in requests]  # tbx's system text, worked calls, then the opening
+    # the malformed call, as the episode loop handles a tbx policy's: a parse error in the transcript, counted,
+    # shown to the agent as its next turn's tool response, no user turn in between; its next call is played
+    record = by_task["mock/transfer/5"]
+    assert record.counts["malformed_calls"] == 1 and record.counts["tool_calls"] == 2
+    roles = [(m.role, m.name) for m in record.transcript]
+    error = record.transcript[roles.index(("tool", "parse_error"))]
+    assert error.is_error and error.content == f"Error: could not parse this tool call: {MALFORMED}"
+    assert roles[roles.index(("tool", "parse_error")) - 1][0] == "assistant"
+    assert roles[roles.index(("tool", "parse_error")) + 1][0] == "assistant"
+    answered = [r["messages"][-1]["content"] for r in requests
+                if any(m["content"] == MALFORMED for m in r["messages"] if m["role"] == "assistant")]
+    assert answered[0] == f"<tool_response>\nError: could not parse this tool call: {MALFORMED}\n</tool_response>"
