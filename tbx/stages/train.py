@@ -21,19 +21,20 @@ import json
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from tbx.campaign import episode_seed, prepare_all
-from tbx.campaign.components import build_backend, build_judge, build_user, episode_cost
+from tbx.campaign import build_world, prepare_all
+from tbx.campaign.components import build_backend, episode_cost
 from tbx.catalog import load_manifest as read_manifest
 from tbx.catalog import manifest_tasks
 from tbx.config import Config
-from tbx.episodes import episode_limits, run_episode
+from tbx.episodes import EpisodeWorld, run_episode
+from tbx.episodes.seeds import training_seed
 from tbx.errors import EXIT_NO_UPDATE, ConfigError
 from tbx.policies.trainable import TrainablePolicy, build_trainable
 from tbx.process.durable import publish_folder, write_text
@@ -99,8 +100,7 @@ class _Trainer:
     checkpoints: Path
     state: TrainState
     sink: Any = None  # the stage's logging sink
-    backend: Any = None
-    runtimes: dict[str, Any] = field(default_factory=dict)  # task id -> its prepared TaskRuntime
+    world: EpisodeWorld | None = None  # the pool's tasks, user, judge, limits (those of evaluation) and faults
 
 
 def _step_metrics(cfg: Config, step: int, batch: StepBatch, samples: list[TurnSample], update: UpdateResult | None,
@@ -135,9 +135,8 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
 
 
 async def _train(cfg: Config, run: _Trainer) -> None:
-    policy, sampler, store, sink, state = run.policy, run.sampler, run.store, run.sink, run.state
-    user, judge, runtimes, backend = build_user(cfg), build_judge(cfg), run.runtimes, run.backend
-    limits = episode_limits(cfg)  # a training episode is bounded as an evaluated one
+    policy, sampler, store, sink, state, world = run.policy, run.sampler, run.store, run.sink, run.state, run.world
+    assert world is not None  # run_train built it
     settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
                             loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
     scored = state.scored
@@ -147,9 +146,8 @@ async def _train(cfg: Config, run: _Trainer) -> None:
                    f"{cfg.grpo.steps}", unit="ep", file=sys.stderr, mininterval=2.0, dynamic_ncols=True)
 
         async def play(task_id: str, attempt: int, step: int = step, bar: tqdm = bar):
-            seed = episode_seed(cfg.seed, f"{task_id}@step{step}", attempt, 0)
-            result = await run_episode(runtimes[task_id], backend, policy, user, judge, attempt, seed, limits,
-                                       faults=cfg.faults)  # a re-run is another attempt: its own seed and faults
+            seed = training_seed(cfg.seed, task_id, step, attempt)  # a re-run is another attempt: its own seed
+            result = await run_episode(world, task_id, policy, attempt, seed)
             store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
             if result.reward is None:
                 policy.take_trace(seed)  # an error episode is never trained on
@@ -184,9 +182,7 @@ async def _train(cfg: Config, run: _Trainer) -> None:
         if (step + 1) % cfg.grpo.save_every == 0 or step + 1 == cfg.grpo.steps:
             save_checkpoint(run.checkpoints, step + 1, policy.model, run.optimizer,
                             state.checkpoint_extra(sampler.state_dict()))
-    for part in (user, judge):
-        if part is not None:
-            await part.aclose()
+    await world.aclose()
 
 
 def run_train(cfg: Config) -> TrainResult:
@@ -206,7 +202,7 @@ def run_train(cfg: Config) -> TrainResult:
         policy = run.policy
         backend = build_backend(cfg)
         try:
-            run.backend, run.runtimes = backend, prepare_all(cfg, tasks, backend)
+            run.world = build_world(cfg, backend, prepare_all(cfg, tasks, backend))
             with stage_sink(cfg, run_dir) as sink:
                 run.sink = sink
                 run_loop(_run_and_close(cfg, run))

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from tbx.campaign import build_world
 from tbx.catalog import prepare_task
 from tbx.messages import AssistantTurn, ToolCall
 from tbx.records import TrainState
@@ -81,8 +82,8 @@ def _train_one_step(tmp_path, backend, *overrides: str) -> None:
     policy = BlockedTrainee()
     run = _Trainer(policy=policy, optimizer=torch.optim.AdamW(policy.model.parameters()),
                    sampler=GroupSampler([runtime.task.id], 2, 1, np.random.default_rng(0), 0, 0), store=store,
-                   checkpoints=run_dir / "checkpoints", state=TrainState(), sink=NullSink(), backend=backend,
-                   runtimes={runtime.task.id: runtime})
+                   checkpoints=run_dir / "checkpoints", state=TrainState(), sink=NullSink(),
+                   world=build_world(cfg, backend, {runtime.task.id: runtime}))
     failed = []
 
     def train() -> None:
