@@ -30,7 +30,7 @@ from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
 from tbx.process.waits import bounded, off_loop
 from tbx.records import EpisodeResult, Grade, Outcome
-from tbx.tools.mcp_server import InfraLog, ToolSessions, build_server, open_tool_session
+from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 
 
 class _Transcript:
@@ -157,10 +157,12 @@ async def _verdict(runtime: Runtime, state: EpisodeState, final: State, judge: J
     return outcome, cause, result
 
 
-async def _conversation(runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript, limits: EpisodeLimits,  # noqa: PLR0913 (the episode world, passed piece by piece)
-                        chaos: EpisodeFaults, sessions: ToolSessions | None, timings: dict[str, float]) -> str:
-    """The task's tools served on the episode's database, and the dialogue over them; what ended it."""
+async def _conversation(world: EpisodeWorld, runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript,
+                        chaos: EpisodeFaults, timings: dict[str, float]) -> str:
+    """The task's tools served on the episode's database (over the world's kept sessions when it has them), and
+    the dialogue over them; what ended it."""
     task, infra, began = runtime.task, InfraLog(), time.perf_counter()
+    limits, sessions = world.limits, world.sessions
     if sessions is None:
         opened = open_tool_session(build_server(task.domain, runtime.tools, state.target, infra, chaos.tool_gate()),
                                    infra, limits.call_timeout_s)
@@ -205,7 +207,7 @@ async def run_episode(world: EpisodeWorld, task_or_runtime: str | Runtime, polic
     (default `seed`; a re-run of an attempt keeps its `seed` and passes another `fault_seed`); the world's
     kept MCP sessions, when it has them, are bound to this episode's database (else a server and session of
     its own)."""
-    runtime, limits, sessions = world.runtime(task_or_runtime), world.limits, world.sessions
+    runtime, limits = world.runtime(task_or_runtime), world.limits
     task = runtime.task
     user_sim, backend = world.user, world.backend
     timings: dict[str, float] = {}
@@ -222,7 +224,7 @@ async def run_episode(world: EpisodeWorld, task_or_runtime: str | Runtime, polic
         await _open_talk(user, log, call_timeout_s)
         agent = policy.agent(EpisodeContext(task, attempt, seed))
         ended_by = await _within_episode_timeout(
-            _conversation(runtime, state, agent, user, log, limits, chaos, sessions, timings), limits.episode_timeout_s)
+            _conversation(world, runtime, state, agent, user, log, chaos, timings), limits.episode_timeout_s)
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
         final = await _final_state(state, chaos, call_timeout_s)
