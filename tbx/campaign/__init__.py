@@ -6,6 +6,8 @@ episodes (eval, probe, serve, train) so that no stage is a library for another.
 - `prepare_all`: the tasks' runtimes (template, initial state, expected changes), from the prepared-
   task cache when their content was prepared before (`tbx.campaign.prepare`).
 - `open_run` and `write_summary`: a campaign's run folder and store, and its summary (`run_folder`).
+- `build_world`: the episode world (`tbx.episodes.EpisodeWorld`) every episode of a run plays in, per process
+  (`components`).
 """
 
 from __future__ import annotations
