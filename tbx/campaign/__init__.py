@@ -6,6 +6,8 @@ episodes (eval, probe, serve, train) so that no stage is a library for another.
 - `prepare_all`: the tasks' runtimes (template, initial state, expected changes), from the prepared-
   task cache when their content was prepared before (`tbx.campaign.prepare`).
 - `open_run` and `write_summary`: a campaign's run folder and store, and its summary (`run_folder`).
+- `build_world`: the episode world (`tbx.episodes.EpisodeWorld`) every episode of a run plays in, per process
+  (`components`).
 """
 
 from __future__ import annotations
@@ -15,27 +17,27 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from tbx.campaign.attempts import episode_seed, pending_attempts, play_attempts, say_replayed
+from tbx.campaign.attempts import pending_attempts, play_attempts, say_replayed
+from tbx.campaign.components import build_world
 from tbx.campaign.prepare import prepare_all, write_runtimes
 from tbx.campaign.run_folder import OpenRun, open_run, validate_eval, write_summary
 from tbx.campaign.workers import plan_workers, run_in_workers
-from tbx.catalog import TaskRuntime
 from tbx.config import Config
-from tbx.episodes.faults import validate_faults
+from tbx.episodes import EpisodeWorld
 from tbx.store import ResultStore
 
-__all__ = ["OpenRun", "episode_seed", "open_run", "prepare_all", "run_campaign", "validate_eval", "write_runtimes",
+__all__ = ["OpenRun", "build_world", "open_run", "prepare_all", "run_campaign", "validate_eval", "write_runtimes",
            "write_summary"]
 
 
-async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
-                       attempts: dict[str, range], label: str, run_dir: Path) -> None:
+async def run_campaign(cfg: Config, world: EpisodeWorld, log: ResultStore, attempts: dict[str, range], label: str,
+                       run_dir: Path) -> None:
     """Run every (task, attempt) of `attempts` that is not final in `log` (attempts an earlier command left in
-    error included, within `eval.resume_error_retries`): in this process, or over
-    worker processes (`plan_workers`), `eval.concurrency` at once in each; record what served the policy
-    in `run_dir`'s run.json. Each attempt is claimed in the store first, so however many processes run,
-    every attempt is played once and gets one verdict."""
-    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
+    error included, within `eval.resume_error_retries`): in this process in `world`, or over worker
+    processes (`plan_workers`, each with a world of its own built from `cfg` and the world's runtimes),
+    `eval.concurrency` at once in each; record what served the policy in `run_dir`'s run.json. Each attempt
+    is claimed in the store first, so however many processes run, every attempt is played once and gets one
+    verdict."""
     pending = pending_attempts(cfg, log, attempts)
     if not pending:
         return
@@ -51,10 +53,9 @@ async def run_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resul
 
     try:
         if workers > 1:
-            await run_in_workers(cfg, runtimes, log, pending, workers, bar.update, run_dir, on_retry)
+            await run_in_workers(cfg, world.runtimes, log, pending, workers, bar.update, run_dir, on_retry)
             return
         source = iter(pending)
-        await play_attempts(cfg, runtimes, log, backend, lambda: next(source, None), lambda: bar.update(1), run_dir,
-                            on_retry)
+        await play_attempts(cfg, world, log, lambda: next(source, None), lambda: bar.update(1), run_dir, on_retry)
     finally:
         bar.close()

@@ -16,16 +16,16 @@ gets one verdict, however many processes run.
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import dataclasses
 import sys
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from tbx.campaign.components import build_judge, build_policy, build_user, episode_cost
-from tbx.catalog import TaskRuntime
+from tbx.campaign.components import build_policy, episode_cost
 from tbx.config import Config
-from tbx.episodes import episode_limits, run_episode
+from tbx.episodes import EpisodeWorld, run_episode
+from tbx.episodes.seeds import try_seeds
 from tbx.runs.identity import record_engine
 from tbx.store import ResultStore
 from tbx.store.claims import Claim, ClaimLost, describe_owner
@@ -34,19 +34,6 @@ from tbx.tools.mcp_server import ToolSessions
 CLAIM_POLL_S = 1.0  # how often an attempt held by another process is looked at again
 
 Attempt = tuple[str, int]  # (task id, attempt index)
-
-
-def episode_seed(run_seed: int, task_id: str, attempt: int, try_index: int) -> int:
-    digest = hashlib.sha256(f"{run_seed}|{task_id}|{attempt}|{try_index}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
-
-
-def try_seeds(run_seed: int, log: ResultStore, task_id: str, attempt: int) -> tuple[int, int]:
-    """The next try's episode seed and fault seed. A re-run keeps the attempt's seed, so errors cannot
-    bias which outcomes survive (an error more likely on long, successful episodes would otherwise swap
-    a success for a fresh draw); only the injected faults are drawn anew per try."""
-    return (episode_seed(run_seed, task_id, attempt, 0),
-            episode_seed(run_seed, task_id, attempt, log.tries(task_id, attempt)))
 
 
 class HeldNotice:
@@ -101,26 +88,26 @@ def say_replayed(cfg: Config, log: ResultStore, pending: list[Attempt]) -> None:
               f"{cfg.eval.resume_error_retries} bounds how many runs of this command do so)", file=sys.stderr)
 
 
-async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,  # noqa: C901 (the play/attempt/consume closures share the campaign state)
+async def play_attempts(cfg: Config, world: EpisodeWorld, log: ResultStore,  # noqa: C901 (the play/attempt/consume closures share the campaign state)
                         take: Callable[[], Attempt | None], done: Callable[[], None],
                         run_dir: Path | None = None, retried: Callable[[], None] = lambda: None) -> None:
-    """Play the attempts `take` hands out (None: no more), `eval.concurrency` at once; call `done` after
-    each and `retried` before each error try played again. Records what served the policy in `run_dir`'s
-    run.json (when given)."""
-    policy, user, judge = build_policy(cfg), build_user(cfg), build_judge(cfg)
+    """Play the attempts `take` hands out (None: no more) in `world`, `eval.concurrency` at once, with MCP
+    sessions kept across its episodes; call `done` after each and `retried` before each error try played
+    again. Records what served the policy in `run_dir`'s run.json (when given). The world's connections are
+    closed at the end (in this event loop)."""
+    policy = build_policy(cfg)
     if run_dir is not None:
         record_engine(run_dir, policy.engine())
-    notice, waiting, sessions = HeldNotice(), deque(), ToolSessions()
-    final, limits = final_retries(cfg), episode_limits(cfg)
+    world = dataclasses.replace(world, sessions=ToolSessions())
+    notice, waiting, final = HeldNotice(), deque(), final_retries(cfg)
 
     async def play(task_id: str, index: int) -> None:
         retries = round_retries(cfg, log.tries(task_id, index))  # this command's round (the claim read the tries)
         while not log.is_final(task_id, index, retries):
             if log.tries(task_id, index):
                 retried()
-            seed, fault_seed = try_seeds(cfg.seed, log, task_id, index)
-            result = await run_episode(runtimes[task_id], backend, policy, user, judge, index, seed, limits,
-                                       faults=cfg.faults, fault_seed=fault_seed, sessions=sessions)
+            seed, fault_seed = try_seeds(cfg.seed, task_id, index, log.tries(task_id, index))
+            result = await run_episode(world, task_id, policy, index, seed, fault_seed=fault_seed)
             log.append(result, episode_cost(cfg, result.usage), retries)
 
     async def attempt(task_id: str, index: int) -> bool:
@@ -154,7 +141,5 @@ async def play_attempts(cfg: Config, runtimes: dict[str, TaskRuntime], log: Resu
     try:
         await asyncio.gather(*(consume() for _ in range(cfg.eval.concurrency)))
     finally:
-        await sessions.aclose()
-        for part in (policy, user, judge):
-            if part is not None:
-                await part.aclose()
+        await world.aclose()
+        await policy.aclose()

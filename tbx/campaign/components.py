@@ -1,13 +1,17 @@
-"""Build the pluggable parts named by `_target_` (policy, user, judge) and the backend: the stage layer's one
-place that reads the whole config. A user simulator gets its `user` group, a judge its `judge` group, a policy a
-`PolicySetup` (its group, the model it plays, the seed, and the free-form `extra` custom policies read)."""
+"""Build the pluggable parts named by `_target_` (policy, user, judge), the backend and the episode world: the
+stage layer's one place that reads the whole config. A user simulator gets its `user` group, a judge its `judge`
+group, a policy a `PolicySetup` (its group, the model it plays, the seed, and the free-form `extra` custom
+policies read)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from tbx.backend import Backend, make_backend
 from tbx.config import Config
+from tbx.episodes import EpisodeWorld, episode_limits
+from tbx.episodes.state import Runtime
 from tbx.messages import Usage
 from tbx.policies.base import PolicySetup
 from tbx.traits import component
@@ -36,6 +40,14 @@ def build_backend(cfg: Config) -> Backend:
     """The run's backend. Its statements are bounded like every other call of an episode; the admin
     URL's server is reached at once, so an unreachable one stops the start with one line."""
     return make_backend(cfg.backend.kind, cfg.backend.url, cfg.backend.workdir, cfg.eval.call_timeout_s)
+
+
+def build_world(cfg: Config, backend: Backend | None, runtimes: Mapping[str, Runtime]) -> EpisodeWorld:
+    """The world every episode of this run plays in (per process): the run's user simulator and judge, the
+    `eval` group's limits (a training episode is bounded as an evaluated one) and the injected faults
+    (checked here, once)."""
+    return EpisodeWorld(backend=backend, runtimes=runtimes, user=build_user(cfg), judge=build_judge(cfg),
+                        limits=episode_limits(cfg), faults=cfg.faults)
 
 
 def episode_cost(cfg: Config, usage: dict[str, Usage]) -> float:

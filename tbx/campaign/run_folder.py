@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tbx.backend import Backend
-from tbx.campaign.components import build_backend
+from tbx.campaign.components import build_backend, build_world
 from tbx.campaign.prepare import prepare_all, write_runtimes
 from tbx.campaign.workers import check_workers
 from tbx.catalog import TaskRuntime, resolve_tasks
 from tbx.config import Config
-from tbx.episodes.faults import validate_faults
+from tbx.episodes import EpisodeWorld
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.process.durable import write_text
 from tbx.records import StoredTry
@@ -108,22 +108,29 @@ def headline(records: list[StoredTry], attempts: int) -> dict[str, Any]:
 
 @dataclass
 class OpenRun:
-    """A campaign's run folder, results store, backend and prepared tasks (this shard's)."""
+    """A campaign's run folder, results store, and the world its episodes play in (this shard's tasks)."""
 
     run_dir: Path
     log: ResultStore
-    backend: Backend
-    runtimes: dict[str, TaskRuntime]
+    world: EpisodeWorld
+
+    @property
+    def backend(self) -> Backend:
+        return self.world.backend
+
+    @property
+    def runtimes(self) -> dict[str, TaskRuntime]:
+        return self.world.runtimes  # type: ignore[return-value]  (open_run's are TaskRuntimes)
 
 
 @contextmanager
 def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
-    """Check the settings, resolve this shard's tasks, open the backend, the run folder (the run's
-    identity) and its store, prepare the tasks; close the store and backend on the way out. The run
-    folder's files are written only once the start-up checks passed, so a failing start leaves an
-    earlier run as it was; other processes' tries are read back once the body finished."""
+    """Check the settings, resolve this shard's tasks, open the backend, prepare the tasks, build the episode
+    world (which checks the faults), open the run folder (the run's identity) and its store; close the store
+    and backend on the way out. The run folder's files are written only once the start-up checks passed, so
+    a failing start leaves an earlier run as it was; other processes' tries are read back once the body
+    finished."""
     validate_eval(cfg)
-    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
     every_task = resolve_tasks(cfg.tasks)
     tasks = every_task[cfg.eval.shard :: cfg.eval.num_shards]
     if not tasks:
@@ -133,13 +140,13 @@ def open_run(cfg: Config, stage: str) -> Iterator[OpenRun]:
     suffix = f".shard{cfg.eval.shard}of{cfg.eval.num_shards}" if cfg.eval.num_shards > 1 else ""
     backend = build_backend(cfg)
     try:
+        world = build_world(cfg, backend, prepare_all(cfg, tasks, backend))
         run_dir = resolve_run_dir(cfg)
         log = open_store(cfg.store.url, run_dir, identity, stage, cfg.store.timeout_s)
         try:
-            runtimes = prepare_all(cfg, tasks, backend)
             save_run_meta(run_dir, cfg, every_task)
-            write_runtimes(run_dir / f"tasks{suffix}.jsonl", runtimes)
-            yield OpenRun(run_dir, log, backend, runtimes)
+            write_runtimes(run_dir / f"tasks{suffix}.jsonl", world.runtimes)
+            yield OpenRun(run_dir, log, world)
             log.refresh()  # other processes on this run (its workers too) stored theirs
         finally:
             log.close()

@@ -34,7 +34,7 @@ from typing import Any
 from tqdm import tqdm
 
 from tbx.campaign.attempts import Attempt, play_attempts
-from tbx.campaign.components import build_backend
+from tbx.campaign.components import build_backend, build_world
 from tbx.catalog import TaskRuntime
 from tbx.config import Config
 from tbx.errors import ConfigError, InputError, RunInterrupted
@@ -147,9 +147,9 @@ def _worker(job: WorkerJob, parent: int, next_index, finished, retried, report) 
             store = open_store(cfg.store.url, Path(job.run_dir), job.run_id, job.stage, cfg.store.timeout_s,
                                read_tries=False)
             try:
-                run_loop(play_attempts(cfg, job.runtimes, store, backend, _taker(job.pending, next_index),
-                                       _counter(finished), Path(job.run_dir) if job.record_engine else None,
-                                       _counter(retried)))
+                world = build_world(cfg, backend, job.runtimes)  # this process's own
+                run_loop(play_attempts(cfg, world, store, _taker(job.pending, next_index), _counter(finished),
+                                       Path(job.run_dir) if job.record_engine else None, _counter(retried)))
             finally:
                 store.close()
         finally:

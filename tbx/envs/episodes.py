@@ -33,11 +33,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tbx.campaign import episode_seed, open_run
-from tbx.campaign.components import build_judge, build_user, episode_cost
+from tbx.campaign import open_run
+from tbx.campaign.components import episode_cost
 from tbx.config import Config, register_configs
 from tbx.config.checks import compose_config, config_object
-from tbx.episodes import episode_limits, run_episode
+from tbx.episodes import run_episode
+from tbx.episodes.seeds import episode_seed
 from tbx.errors import AgentFault
 from tbx.messages import AssistantTurn, Message
 from tbx.records import EpisodeResult
@@ -165,12 +166,12 @@ class TaskSet:
         self.cfg, self.consumer = cfg, consumer
         self._stack = ExitStack()
         self.run = self._stack.enter_context(open_run(cfg, "serve"))
-        self.user, self.judge, self.limits = build_user(cfg), build_judge(cfg), episode_limits(cfg)
+        self.world = self.run.world
         record_engine(self.run.run_dir, {"name": consumer, "agent": consumer, "transport": "tbx.envs"})
         taken: dict[str, int] = defaultdict(lambda: -1)
         for record in self.run.log.records:
             taken[record.task_id] = max(taken[record.task_id], record.attempt)
-        self._attempts = {task_id: itertools.count(taken[task_id] + 1) for task_id in self.run.runtimes}
+        self._attempts = {task_id: itertools.count(taken[task_id] + 1) for task_id in self.world.runtimes}
         self._lock = threading.Lock()
         self.loop = _Loop()
 
@@ -180,30 +181,28 @@ class TaskSet:
 
     @property
     def task_ids(self) -> list[str]:
-        return list(self.run.runtimes)
+        return list(self.world.runtimes)
 
     def task(self, task_id: str) -> Task:
-        return self.run.runtimes[task_id].task
+        return self.world.runtimes[task_id].task
 
     def tools(self, task_id: str) -> tuple[ToolSpec, ...]:
-        return self.run.runtimes[task_id].tools
+        return self.world.runtimes[task_id].tools
 
     @property
     def run_dir(self) -> Path:
         return self.run.run_dir
 
     def _served(self, task_id: str) -> ServedEpisode:
-        if task_id not in self.run.runtimes:
+        if task_id not in self.world.runtimes:
             raise KeyError(f"task {task_id!r} is not in the task set {self.cfg.tasks.name} (its tasks: "
                            f"{', '.join(self.task_ids[:5])}{', ...' if len(self.task_ids) > 5 else ''})")
         with self._lock:
             attempt = next(self._attempts[task_id])
         seed = episode_seed(self.cfg.seed, task_id, attempt, 0)  # as stage=eval seeds this attempt's first try
-        runtime = self.run.runtimes[task_id]
 
         def play(agent: ServedEpisode) -> Any:
-            return run_episode(runtime, self.run.backend, agent, self.user, self.judge, attempt, seed, self.limits,
-                               faults=self.cfg.faults, fault_seed=seed)
+            return run_episode(self.world, task_id, agent, attempt, seed, fault_seed=seed)
 
         return ServedEpisode(task_id, attempt, play, self._record, name=self.consumer)
 
@@ -223,15 +222,13 @@ class TaskSet:
         return episode
 
     def close(self) -> None:
-        """Stop the episodes still running (unrecorded), close the user, judge, store and backend."""
+        """Stop the episodes still running (unrecorded), close the world's user and judge, the store and backend."""
         async def stop() -> None:
             running = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
-            for part in (self.user, self.judge):
-                if part is not None:
-                    await part.aclose()
+            await self.world.aclose()
 
         self.loop.run(stop())
         self.loop.close()

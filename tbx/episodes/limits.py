@@ -1,5 +1,5 @@
-"""How long an episode may go on: one record, built once from the config, that every caller of
-`run_episode` passes (evaluation, probing, validation, serving, `tbx.envs` and both trainers), so a
+"""How long an episode may go on: one record, built once from the config and carried by the episode world
+every caller of `run_episode` passes (evaluation, probing, validation, serving, `tbx.envs` and both trainers), so a
 training episode is bounded exactly as an evaluated one. Nothing defaults to "no limit": `max_turns`
 None means the task's own turn limit, and `turn_timeout_s` None (`eval.turn_timeout_s=null`) leaves
 the agent's turns to the episode's own deadline."""

@@ -6,7 +6,7 @@ Every way an episode can end maps to one typed outcome (the table is in docs/gua
 agent's own turn causes (`AgentFault`: a context overflow, a request of its messages the endpoint
 refuses, a provider's filter, a turn past `turn_timeout_s`) ends the conversation like the turn limit
 and the state is graded; what the harness, the network or a server causes is an error outcome, never
-a failure. Every wait is bounded by the caller's `EpisodeLimits` (tbx/episodes/limits.py), the whole
+a failure. Every wait is bounded by the world's `EpisodeLimits` (tbx/episodes/limits.py), the whole
 conversation included; blocking database work runs off the event loop (`tbx.process.waits`).
 An agent may also leave (`AgentLeft`: a served agent's session ended before the user ended the
 conversation): the state it left is graded for the record, and the outcome is `abandoned`.
@@ -20,18 +20,17 @@ from collections.abc import Coroutine
 from typing import Any
 
 from tbx.backend import Backend, State
-from tbx.config import FaultsConfig
 from tbx.episodes.faults import EpisodeFaults
 from tbx.episodes.limits import EpisodeLimits
 from tbx.episodes.state import EpisodeState, Runtime
+from tbx.episodes.world import EpisodeWorld
 from tbx.errors import AgentFault, AgentLeft, InfraError, UserSimError, VerifierError
 from tbx.grading.judge import Judge
 from tbx.messages import Message, Usage
 from tbx.policies.base import EpisodeContext, Policy
 from tbx.process.waits import bounded, off_loop
 from tbx.records import EpisodeResult, Grade, Outcome
-from tbx.tools.mcp_server import InfraLog, ToolSessions, build_server, open_tool_session
-from tbx.users.base import UserSimulator
+from tbx.tools.mcp_server import InfraLog, build_server, open_tool_session
 
 
 class _Transcript:
@@ -158,10 +157,12 @@ async def _verdict(runtime: Runtime, state: EpisodeState, final: State, judge: J
     return outcome, cause, result
 
 
-async def _conversation(runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript, limits: EpisodeLimits,  # noqa: PLR0913 (the episode world, passed piece by piece)
-                        chaos: EpisodeFaults, sessions: ToolSessions | None, timings: dict[str, float]) -> str:
-    """The task's tools served on the episode's database, and the dialogue over them; what ended it."""
+async def _conversation(world: EpisodeWorld, runtime: Runtime, state: EpisodeState, agent, user, log: _Transcript,
+                        chaos: EpisodeFaults, timings: dict[str, float]) -> str:
+    """The task's tools served on the episode's database (over the world's kept sessions when it has them), and
+    the dialogue over them; what ended it."""
     task, infra, began = runtime.task, InfraLog(), time.perf_counter()
+    limits, sessions = world.limits, world.sessions
     if sessions is None:
         opened = open_tool_session(build_server(task.domain, runtime.tools, state.target, infra, chaos.tool_gate()),
                                    infra, limits.call_timeout_s)
@@ -197,21 +198,22 @@ async def _within_episode_timeout(conversation: Coroutine[Any, Any, str], episod
                          "(eval.episode_timeout_s)") from None
 
 
-async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_sim: UserSimulator,  # noqa: PLR0913 (the episode world, passed piece by piece)
-                      judge: Judge | None, attempt: int, seed: int, limits: EpisodeLimits, *,
-                      faults: FaultsConfig | None = None, fault_seed: int | None = None,
-                      sessions: ToolSessions | None = None) -> EpisodeResult:
-    """Play one attempt of a task within `limits`: `call_timeout_s` bounds each tool call, DB connection,
-    clone, state dump, user reply and judge call, `turn_timeout_s` each turn of the agent,
-    `episode_timeout_s` the conversation (the tool session and every turn); `faults` injects failures and
-    hangs (`tbx.episodes.faults`; None: none), drawn from `fault_seed` (default `seed`; a re-run of an attempt keeps
-    its `seed` and passes another `fault_seed`); `sessions`: MCP sessions kept across a campaign's
-    episodes, bound to this episode's database (None: a server and session of its own)."""
+async def run_episode(world: EpisodeWorld, task_or_runtime: str | Runtime, policy: Policy, attempt: int, seed: int, *,
+                      fault_seed: int | None = None) -> EpisodeResult:
+    """Play one attempt of `task_or_runtime` (a task id of `world`, or a prepared runtime) in `world`, within its limits:
+    `call_timeout_s` bounds each tool call, DB connection, clone, state dump, user reply and judge call,
+    `turn_timeout_s` each turn of the agent, `episode_timeout_s` the conversation (the tool session and every
+    turn); the world's faults inject failures and hangs (`tbx.episodes.faults`), drawn from `fault_seed`
+    (default `seed`; a re-run of an attempt keeps its `seed` and passes another `fault_seed`); the world's
+    kept MCP sessions, when it has them, are bound to this episode's database (else a server and session of
+    its own)."""
+    runtime, limits = world.runtime(task_or_runtime), world.limits
     task = runtime.task
+    user_sim, backend = world.user, world.backend
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    chaos = EpisodeFaults(faults, seed if fault_seed is None else fault_seed)
-    user, judge = chaos.user(user_sim.session(task.user, seed)), chaos.judge(judge)
+    chaos = EpisodeFaults(world.faults, seed if fault_seed is None else fault_seed)
+    user, judge = chaos.user(user_sim.session(task.user, seed)), chaos.judge(world.judge)
     log = _Transcript(task.policy)
     outcome, cause, ended_by, grade, delta = Outcome.INFRA_ERROR, "", "error", None, None
     state = None
@@ -222,7 +224,7 @@ async def run_episode(runtime: Runtime, backend: Backend, policy: Policy, user_s
         await _open_talk(user, log, call_timeout_s)
         agent = policy.agent(EpisodeContext(task, attempt, seed))
         ended_by = await _within_episode_timeout(
-            _conversation(runtime, state, agent, user, log, limits, chaos, sessions, timings), limits.episode_timeout_s)
+            _conversation(world, runtime, state, agent, user, log, chaos, timings), limits.episode_timeout_s)
         timings["loop"] = time.perf_counter() - start - timings["clone"]
         mark = time.perf_counter()
         final = await _final_state(state, chaos, call_timeout_s)

@@ -1,8 +1,9 @@
 """The policy the native trainer updates: rollouts from vLLM, updates on a transformers copy.
 
 vLLM samples every turn (the same token-in/token-out path as evaluation) and hands back the token
-ids and the version of the weights that sampled them; the trainer keeps the turns of each episode
-(`take_trace`) and runs the GRPO update on its own torch module. After each update the new weights
+ids and the version of the weights that sampled them; each training episode is played by `traced()`, a view
+of the policy whose agent keeps the turns it sampled, which the trainer reads with the episode's result, and
+the GRPO update runs on the policy's own torch module. After each update the new weights
 reach the running server through vLLM's own API (`sync_weights`):
 
 - full parameters: the module is saved as safetensors into `<run>/weights/step_N` (with its output
@@ -25,7 +26,7 @@ from typing import Any
 
 from tbx.config import Config
 from tbx.errors import InfraError
-from tbx.policies.base import Agent, EpisodeContext
+from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.vllm import Served, Turn, VLLMAgent, VLLMPolicy, serve
 from tbx.vllm.weights import save_for_reload
 
@@ -43,7 +44,6 @@ class TrainablePolicy(VLLMPolicy):
         super().__init__(served)
         self.model, self.finetune = model, finetune  # the torch module being trained
         self.weights_dir, self.run_name = weights_dir, run_name
-        self._agents: dict[int, VLLMAgent] = {}
         self.sync_seconds: list[float] = []
 
     @property
@@ -52,14 +52,11 @@ class TrainablePolicy(VLLMPolicy):
         return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def agent(self, context: EpisodeContext) -> Agent:
-        agent = VLLMAgent(self, seed=context.seed)
-        self._agents[context.seed] = agent
-        return agent
+        return VLLMAgent(self, seed=context.seed)
 
-    def take_trace(self, seed: int) -> list[Turn]:
-        """The turns of the episode played with `seed` (its agent is forgotten)."""
-        agent = self._agents.pop(seed, None)
-        return agent.trace if agent is not None else []
+    def traced(self) -> TracedPolicy:
+        """This policy for one episode, keeping the turns its agent samples."""
+        return TracedPolicy(self)
 
     def sync_weights(self, step: int) -> float:
         """Send the module's current weights to the server as version `<run>:step_<step>`; seconds taken."""
@@ -94,10 +91,6 @@ class TrainablePolicy(VLLMPolicy):
         for old in set(steps) - set(kept):
             shutil.rmtree(self.weights_dir / f"step_{old}", ignore_errors=True)
 
-    def forget_agents(self) -> None:
-        """Drop the traces no step will read (episodes cancelled when their group could not be filled)."""
-        self._agents.clear()
-
     def check_samples(self, turns: list[Turn]) -> None:
         """Raise `StaleSamplesError` when a turn was sampled (in whole or part) by other weights."""
         stale = [t.weight_versions for t in turns if set(t.weight_versions) != {self.weights_version}]
@@ -117,6 +110,24 @@ class TrainablePolicy(VLLMPolicy):
         model.save_pretrained(folder, safe_serialization=True)
         self.tokenizer.save_pretrained(folder)
         return folder
+
+
+class TracedPolicy(Policy):
+    """A policy for one episode that keeps the turns its agent sampled (`turns`): the trainer reads them with
+    the episode's result, so a trace travels with its episode (a cancelled episode's goes with it)."""
+
+    def __init__(self, inner: Policy):
+        self.inner, self.name, self.model_name = inner, inner.name, inner.model_name
+        self._agent: Agent | None = None
+
+    def agent(self, context: EpisodeContext) -> Agent:
+        self._agent = self.inner.agent(context)
+        return self._agent
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        """The turns the episode's agent sampled (none before it played, or for an agent that samples none)."""
+        return tuple(getattr(self._agent, "trace", ()))
 
 
 def build_trainable(cfg: Config, run_dir: Path, finetune: str) -> TrainablePolicy:

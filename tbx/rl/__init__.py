@@ -1,5 +1,5 @@
-"""RL core: GRPO math (`grpo`), the off-policy correction (`correction`) and the group sampler (`sampler`).
-Needs only torch and numpy."""
+"""RL core: GRPO math (`grpo`), the off-policy correction (`correction`) and the group sampler (`sampler`), which
+need only torch and numpy; the native trainer's recipe (`trainer`) runs them over episodes its caller plays."""
 
 from tbx.rl.correction import ImportanceStats, ImportanceWeights, truncated_importance_weights
 from tbx.rl.grpo import (

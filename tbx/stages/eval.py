@@ -17,6 +17,6 @@ from tbx.runs.results import EvalResult
 def run_eval(cfg: Config) -> EvalResult:
     with open_run(cfg, "eval") as run:
         attempts = {task_id: range(cfg.eval.attempts) for task_id in run.runtimes}
-        run_loop(run_campaign(cfg, run.runtimes, run.log, run.backend, attempts, "eval", run.run_dir))
+        run_loop(run_campaign(cfg, run.world, run.log, attempts, "eval", run.run_dir))
     return write_summary(cfg, run.run_dir, run.log, run.runtimes, cfg.policy.name,
                          f"eval {cfg.tasks.name} with {cfg.policy.name} -> {run.run_dir}")

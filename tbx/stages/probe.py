@@ -14,11 +14,12 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tbx.campaign import prepare_all, run_campaign, write_runtimes
+from tbx.campaign import build_world, prepare_all, run_campaign, write_runtimes
 from tbx.campaign.components import build_backend
 from tbx.campaign.workers import check_workers
 from tbx.catalog import resolve_tasks
 from tbx.config import Config
+from tbx.episodes import EpisodeWorld
 from tbx.errors import EXIT_NO_VERDICT, ConfigError
 from tbx.process.durable import write_text
 from tbx.process.preemption import run_loop
@@ -64,12 +65,11 @@ def validate_probe(cfg: Config) -> StoppingRule:
         raise ConfigError("conf/config.yaml", f"probe.{p.rule}", str(exc), "see the probe settings") from exc
 
 
-async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule: StoppingRule,
-                 run_dir: Path) -> int:
+async def _probe(cfg: Config, world: EpisodeWorld, store: ResultStore, rule: StoppingRule, run_dir: Path) -> int:
     """Run the rounds; return how many rounds ran."""
-    n_max, edges = cfg.probe.attempts, cfg.difficulty.edges
+    n_max, edges, runtimes = cfg.probe.attempts, cfg.difficulty.edges, world.runtimes
     if not cfg.probe.adaptive:
-        await run_campaign(cfg, runtimes, store, backend, {t: range(n_max) for t in runtimes}, "probe", run_dir)
+        await run_campaign(cfg, world, store, {t: range(n_max) for t in runtimes}, "probe", run_dir)
         store.refresh()
         return 1
     strategies = decision_strategies(cfg)
@@ -80,7 +80,7 @@ async def _probe(cfg: Config, runtimes: dict, store: ResultStore, backend, rule:
         if not active:
             return rounds
         rounds += 1
-        await run_campaign(cfg, runtimes, store, backend, active, f"probe r{rounds} (n={target})", run_dir)
+        await run_campaign(cfg, world, store, active, f"probe r{rounds} (n={target})", run_dir)
         store.refresh()  # the round's attempts other processes played: every process decides alike
         # a resumed probe may hold attempts of a later round (killed mid-round): the decision counts
         # only this round's attempts, so it is the one the uninterrupted probe made at this n
@@ -106,10 +106,10 @@ def run_probe(cfg: Config) -> ProbeResult:
         run_dir = resolve_run_dir(cfg)
         store = open_store(cfg.store.url, run_dir, identity, "probe", cfg.store.timeout_s)
         try:
-            runtimes = prepare_all(cfg, tasks, backend)
+            world = build_world(cfg, backend, prepare_all(cfg, tasks, backend))
             save_run_meta(run_dir, cfg)
-            write_runtimes(run_dir / "tasks.jsonl", runtimes)
-            rounds = run_loop(_probe(cfg, runtimes, store, backend, rule, run_dir))
+            write_runtimes(run_dir / "tasks.jsonl", world.runtimes)
+            rounds = run_loop(_probe(cfg, world, store, rule, run_dir))
         finally:
             store.close()
     finally:

@@ -14,17 +14,17 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from tbx.campaign import open_run, write_summary
-from tbx.campaign.attempts import CLAIM_POLL_S, try_seeds
-from tbx.campaign.components import build_judge, build_user, episode_cost
-from tbx.catalog import TaskRuntime
+from tbx.campaign.attempts import CLAIM_POLL_S
+from tbx.campaign.components import episode_cost
 from tbx.config import Config
-from tbx.episodes import episode_limits, run_episode
-from tbx.episodes.faults import validate_faults
+from tbx.episodes import EpisodeWorld, run_episode
+from tbx.episodes.seeds import try_seeds
+from tbx.episodes.state import Runtime
 from tbx.errors import ConfigError
 from tbx.process.preemption import run_loop
 from tbx.records import EpisodeResult
@@ -41,7 +41,7 @@ def pending_attempts(task_ids: list[str], attempts: int, is_final: Callable[[str
     return [(task_id, a) for a in range(attempts) for task_id in task_ids if not is_final(task_id, a)]
 
 
-async def _views(runtimes: dict[str, TaskRuntime]) -> dict[str, View]:
+async def _views(runtimes: Mapping[str, Runtime]) -> dict[str, View]:
     """Each task's view: its policy and its domain's tool listing (one object per distinct view, so
     sessions are matched to attempts by a cheap comparison)."""
     from tbx.serve.server import domain_tools
@@ -59,17 +59,16 @@ async def _views(runtimes: dict[str, TaskRuntime]) -> dict[str, View]:
     return by_task
 
 
-def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, View], log: ResultStore,
-              backend, user, judge) -> Campaign:
-    """The pending attempts, each played by `run_episode` with the served agent, stored like stage=eval's."""
-    retries, limits = cfg.eval.max_error_retries, episode_limits(cfg)
+def _campaign(cfg: Config, world: EpisodeWorld, views: dict[str, View], log: ResultStore) -> Campaign:
+    """The pending attempts, each played by `run_episode` in `world` with the served agent, stored like
+    stage=eval's."""
+    retries = cfg.eval.max_error_retries
 
     def open_episode(task_id: str, attempt: int, record: Callable) -> ServedEpisode:
-        seed, fault_seed = try_seeds(cfg.seed, log, task_id, attempt)  # as in stage=eval
+        seed, fault_seed = try_seeds(cfg.seed, task_id, attempt, log.tries(task_id, attempt))  # as in stage=eval
 
         def play(agent: ServedEpisode) -> Any:
-            return run_episode(runtimes[task_id], backend, agent, user, judge, attempt, seed, limits,
-                               faults=cfg.faults, fault_seed=fault_seed)
+            return run_episode(world, task_id, agent, attempt, seed, fault_seed=fault_seed)
 
         return ServedEpisode(task_id, attempt, play, record, name=cfg.serve.agent_name or "served")
 
@@ -85,7 +84,7 @@ def _campaign(cfg: Config, runtimes: dict[str, TaskRuntime], views: dict[str, Vi
         state, _ = log.claim(task_id, attempt, retries)  # reads the attempt's tries again
         return None if state is None else state is Claim.OURS
 
-    pending = pending_attempts(list(runtimes), cfg.eval.attempts, lambda t, a: log.is_final(t, a, retries))
+    pending = pending_attempts(list(world.runtimes), cfg.eval.attempts, lambda t, a: log.is_final(t, a, retries))
     return Campaign(pending, views, open_episode, store, take, log.release)
 
 
@@ -100,16 +99,13 @@ def _token(cfg: Config) -> str | None:
     return token
 
 
-async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: ResultStore, backend,
-                         run_dir: Path) -> None:
-    """Serve every pending attempt over the configured transport; return when all are final (http) or
-    when the one session has ended (stdio)."""
+async def serve_campaign(cfg: Config, world: EpisodeWorld, log: ResultStore, run_dir: Path) -> None:
+    """Serve every pending attempt in `world` over the configured transport; return when all are final (http)
+    or when the one session has ended (stdio)."""
     from tbx.serve.http import serve_http
 
-    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
-    user, judge = build_user(cfg), build_judge(cfg)
     record_engine(run_dir, {"name": "mcp", "agent": cfg.serve.agent_name, "transport": cfg.serve.transport})
-    campaign = _campaign(cfg, runtimes, await _views(runtimes), log, backend, user, judge)
+    campaign = _campaign(cfg, world, await _views(world.runtimes), log)
     try:
         if campaign.done.is_set():
             print(f"serve: every attempt of {run_dir} is recorded; nothing to serve", file=sys.stderr)
@@ -128,9 +124,7 @@ async def serve_campaign(cfg: Config, runtimes: dict[str, TaskRuntime], log: Res
                 watching.cancel()
     finally:
         await campaign.aclose()
-        for part in (user, judge):
-            if part is not None:
-                await part.aclose()
+        await world.aclose()
 
 
 async def _serve_stdio(campaign: Campaign) -> None:
@@ -161,7 +155,7 @@ def _version() -> str:
 
 def run_serve(cfg: Config) -> EvalResult:
     with open_run(cfg, "serve") as run:
-        run_loop(serve_campaign(cfg, run.runtimes, run.log, run.backend, run.run_dir))
+        run_loop(serve_campaign(cfg, run.world, run.log, run.run_dir))
     return write_summary(cfg, run.run_dir, run.log, run.runtimes, cfg.serve.agent_name or "served",
                          f"serve {cfg.tasks.name} to {cfg.serve.agent_name} -> {run.run_dir}",
                          out=sys.stderr if cfg.serve.transport == "stdio" else None)

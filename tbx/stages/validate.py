@@ -28,9 +28,9 @@ from tbx.campaign.components import build_backend, build_judge
 from tbx.campaign.workers import map_shares, share_processes
 from tbx.catalog import TaskRuntime, load_domain_task, prepare_task, select_tasks, task_items, tau2_task_list
 from tbx.config import Config
-from tbx.episodes import EpisodeLimits, Outcome, episode_limits, run_episode
+from tbx.episodes import EpisodeWorld, Outcome, episode_limits, run_episode
 from tbx.errors import TaskFormatError
-from tbx.grading.judge import EvidenceJudge, Judge
+from tbx.grading.judge import EvidenceJudge
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.process.durable import write_text
@@ -67,16 +67,22 @@ class StepsPolicy(Policy):
         return ScriptAgent(turns_from_steps(self.steps))
 
 
-async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None, limits: EpisodeLimits) -> TaskVerdict:
+def gate_world(cfg: Config, backend: Backend) -> EpisodeWorld:
+    """The gate's episodes: the scripted user, the configured judge, no injected faults, and the task's own turn
+    limit (a reference solution is checked whole, whatever eval.max_turns caps); tasks are prepared one by one."""
+    return EpisodeWorld(backend=backend, runtimes={}, user=ScriptedUser(), judge=build_judge(cfg),
+                        limits=replace(episode_limits(cfg), max_turns=None))
+
+
+async def check_task(world: EpisodeWorld, runtime: TaskRuntime) -> TaskVerdict:
     task = runtime.task
     verdict = TaskVerdict(task.id, task.family, task.source)
-    if task.checks.judge and judge is None:
-        judge = EvidenceJudge()
-    user = ScriptedUser()
-    oracle = await run_episode(runtime, backend, OraclePolicy(), user, judge, 0, 0, limits)
+    if task.checks.judge and world.judge is None:
+        world = replace(world, judge=EvidenceJudge())
+    oracle = await run_episode(world, runtime, OraclePolicy(), 0, 0)
     if oracle.outcome is not Outcome.SUCCESS:
         verdict.reasons.append(f"reference solution does not pass ({oracle.outcome.value}: {oracle.cause})")
-    null = await run_episode(runtime, backend, NullPolicy(), user, judge, 0, 0, limits)
+    null = await run_episode(world, runtime, NullPolicy(), 0, 0)
     if null.outcome is not Outcome.FAILURE:
         verdict.reasons.append(f"the null agent is not failed ({null.outcome.value})")
     mutations = runtime.gate_mutations()
@@ -84,7 +90,7 @@ async def check_task(runtime: TaskRuntime, backend: Backend, judge: Judge | None
     if not any(m.kind in ("extra_write", "tau2") for m in mutations) and not is_tau2(task.domain):
         verdict.reasons.append("no extra-write mutation possible: give the domain a distractor write")
     for mutation in mutations:
-        result = await run_episode(runtime, backend, StepsPolicy(mutation.steps), user, judge, 0, 0, limits)
+        result = await run_episode(world, runtime, StepsPolicy(mutation.steps), 0, 0)
         if result.outcome is Outcome.SUCCESS and runtime.is_equivalent(result, oracle):
             verdict.equivalent += 1
         elif result.outcome is not Outcome.FAILURE:
@@ -111,9 +117,7 @@ def _load(cfg: Config, verdicts: list[TaskVerdict]) -> list:
 
 
 async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskVerdict], show: bool = True) -> None:
-    judge = build_judge(cfg)
-    # the task's own turn limit: a reference solution is checked whole, whatever eval.max_turns caps
-    limits = replace(episode_limits(cfg), max_turns=None)
+    world = gate_world(cfg, backend)
     gate = asyncio.Semaphore(cfg.eval.concurrency)
     bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr, disable=not show, mininterval=2.0)
 
@@ -124,7 +128,7 @@ async def _gate(cfg: Config, tasks: list, backend: Backend, verdicts: list[TaskV
             except TaskFormatError as exc:
                 verdicts.append(TaskVerdict(task.id, task.family, task.source, [str(exc)]))
             else:
-                verdicts.append(await check_task(runtime, backend, judge, limits))
+                verdicts.append(await check_task(world, runtime))
             bar.update(1)
 
     try:

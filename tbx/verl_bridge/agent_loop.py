@@ -42,7 +42,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
 from tbx.errors import ConfigError
-from tbx.verl_bridge.episode import EpisodeWorld, TrainingEpisode, run_training_episode, world_for
+from tbx.verl_bridge.episode import TrainingEpisode, WorkerWorld, run_training_episode, world_for
 from tbx.verl_bridge.recorder import EpisodeRecorder
 from tbx.verl_bridge.token_agent import PromptRenderer, TokenAgent, TokenLimits
 
@@ -96,7 +96,7 @@ class TbxEpisodeLoop(AgentLoopBase):
             raise
         return episode_output(episode)
 
-    def _recorder(self, world: EpisodeWorld) -> EpisodeRecorder:
+    def _recorder(self, world: WorkerWorld) -> EpisodeRecorder:
         """This process's store writer for the run (one per process, as the world)."""
         key = (self.run_dir, self.run_id)
         if key not in _RECORDERS:

@@ -4,9 +4,10 @@ A training episode is an ordinary tbx episode (`tbx.episodes.run_episode`: datab
 tool session, simulated user, terminal-state verdict), played by a `TokenAgent`, so the reward
 is the same verdict that probing and evaluation use. What this module adds:
 
-- `EpisodeWorld`: what every episode of one worker process shares (the tbx config, backend,
-  user simulator, judge, tasks and their prepared runtimes), built once per process from the
-  resolved tbx config file the launcher wrote.
+- `WorkerWorld`: what every episode of one worker process shares: the tbx config and the episode
+  world (`tbx.episodes.EpisodeWorld`: backend, user simulator, judge, limits, faults, and the pool's
+  runtimes, each prepared on its first episode), built once per process from the resolved tbx config
+  file the launcher wrote. Seeds come from `tbx.episodes.seeds` (`rollout_seed`, `verl_fault_seed`).
 - Error outcomes are re-run: an episode that ends in `infra_error`, `user_sim_error` or
   `verifier_error` is played again with a fresh database, user and seed, up to
   `max_error_retries` times; the errored tries are kept for accounting. If every try errors,
@@ -22,17 +23,19 @@ is the same verdict that probing and evaluation use. What this module adds:
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tbx.backend import Backend
+from tbx.campaign.components import build_backend, build_world
 from tbx.catalog import TaskRuntime, load_manifest, manifest_tasks, prepare_task, resolve_tasks
 from tbx.config import Config
-from tbx.episodes import ERROR_OUTCOMES, EpisodeResult, Outcome, episode_limits, run_episode
+from tbx.episodes import ERROR_OUTCOMES, EpisodeResult, EpisodeWorld, Outcome, run_episode
+from tbx.episodes.seeds import rollout_seed, verl_fault_seed
+from tbx.episodes.state import Runtime
 from tbx.errors import ConfigError, InfraError
-from tbx.grading.judge import Judge
 from tbx.messages import Message, ToolSchema
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.process.preemption import run_loop
@@ -50,50 +53,59 @@ def load_config(path: str | Path) -> Config:
     return OmegaConf.to_object(merged)  # type: ignore[return-value]
 
 
-def episode_seed(uid: str, attempt: int, try_index: int) -> int:
-    """Per-try seed from verl's prompt uid and session index (sampling and the user simulator)."""
-    digest = hashlib.sha256(f"{uid}|{attempt}|{try_index}".encode()).digest()
-    return int.from_bytes(digest[:4], "little")
+class PreparedOnUse(Mapping[str, TaskRuntime]):
+    """A pool's task runtimes, each prepared (template database, expected changes) on its first episode: a
+    worker process plays some of the pool's tasks only."""
 
+    def __init__(self, tasks: dict[str, Task], backend: Backend, pool: str):
+        self.tasks, self.backend, self.pool = tasks, backend, pool
+        self._prepared: dict[str, TaskRuntime] = {}
 
-class EpisodeWorld:
-    """Config, backend, user simulator, judge and task runtimes shared by one process's episodes."""
-
-    def __init__(self, cfg: Config, backend: Backend, user: UserSimulator, judge: Judge | None,
-                 tasks: dict[str, Task]):
-        self.cfg, self.backend, self.user, self.judge, self.tasks = cfg, backend, user, judge, tasks
-        self.limits = episode_limits(cfg)  # every episode of the process: the limits evaluation plays within
-        self._runtimes: dict[str, TaskRuntime] = {}
-
-    @classmethod
-    def from_config(cls, cfg: Config) -> EpisodeWorld:
-        from tbx.campaign.components import build_backend, build_judge, build_user
-
-        # training plays the pool's tasks, from the task set its probe ran on (as the native trainer)
-        found = manifest_tasks(load_manifest(cfg.train.pool, "train.pool")) if cfg.train.pool else \
-            resolve_tasks(cfg.tasks)
-        tasks = {task.id: task for task in found}
-        return cls(cfg, build_backend(cfg), build_user(cfg), build_judge(cfg), tasks)
-
-    def runtime(self, task_id: str) -> TaskRuntime:
-        """The task's runtime, prepared (template database, expected changes) on first use."""
-        if task_id not in self._runtimes:
+    def __getitem__(self, task_id: str) -> TaskRuntime:
+        if task_id not in self._prepared:
             if task_id not in self.tasks:
                 raise ConfigError("verl dataset row", "extra_info.task_id", f"'{task_id}' is not in the task set "
-                                  f"of the pool {self.cfg.train.pool or self.cfg.tasks.name}", "write the rows "
-                                  "from the pool manifest the training config names (train.pool)")
-            self._runtimes[task_id] = prepare_task(self.tasks[task_id], self.backend)
-        return self._runtimes[task_id]
+                                  f"of the pool {self.pool}", "write the rows from the pool manifest the training "
+                                  "config names (train.pool)")
+            self._prepared[task_id] = prepare_task(self.tasks[task_id], self.backend)
+        return self._prepared[task_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tasks)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
 
 
-_WORLDS: dict[str, EpisodeWorld] = {}
+@dataclass
+class WorkerWorld:
+    """A worker process's tbx config and the episode world built from it once (`world_for`)."""
+
+    cfg: Config
+    world: EpisodeWorld
+
+    @property
+    def tasks(self) -> dict[str, Task]:
+        return self.world.runtimes.tasks  # type: ignore[attr-defined]  (a PreparedOnUse)
 
 
-def world_for(config_path: str) -> EpisodeWorld:
+def worker_world(cfg: Config) -> WorkerWorld:
+    """The episode world of `cfg`'s pool (the task set its probe ran on, as the native trainer plays), its
+    runtimes prepared on first use; every episode plays within the limits evaluation plays within."""
+    found = manifest_tasks(load_manifest(cfg.train.pool, "train.pool")) if cfg.train.pool else resolve_tasks(cfg.tasks)
+    backend = build_backend(cfg)
+    runtimes = PreparedOnUse({task.id: task for task in found}, backend, cfg.train.pool or cfg.tasks.name)
+    return WorkerWorld(cfg, build_world(cfg, backend, runtimes))
+
+
+_WORLDS: dict[str, WorkerWorld] = {}
+
+
+def world_for(config_path: str) -> WorkerWorld:
     """The process's world for a config file (built once; verl makes a loop object per episode)."""
     key = str(Path(config_path).resolve())
     if key not in _WORLDS:
-        _WORLDS[key] = EpisodeWorld.from_config(load_config(key))
+        _WORLDS[key] = worker_world(load_config(key))
     return _WORLDS[key]
 
 
@@ -163,29 +175,22 @@ class TrainingEpisode:
         return "context_limit" if self.trace.exhausted else self.result.ended_by
 
 
-def fault_seed(task_id: str, stored_attempt: int, try_index: int) -> int:
-    """Per-try seed of the injected faults (`faults=`): from the task and the stored attempt number (its step
-    and slot), not from verl's random prompt uid, so the same run, and a killed step replayed, injects the
-    same faults, as an evaluation campaign does."""
-    return episode_seed(f"{task_id}@{stored_attempt}", 0, try_index)
-
-
-async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Callable[[], TokenAgent], *,
+async def run_training_episode(worker: WorkerWorld, task_id: str, make_agent: Callable[[], TokenAgent], *,
                                uid: str, attempt: int, max_error_retries: int, stored_attempt: int | None = None,
                                on_try: Callable[[EpisodeResult], None] | None = None) -> TrainingEpisode:
     """Play `task_id` until a try ends in a verdict (success or failure), at most 1 + retries times;
     `on_try` sees every try that ended (errored ones included) as it ends. `stored_attempt` (the attempt
     number its tries are stored under) seeds the injected faults; without it they are drawn from the try's
     own seed."""
-    runtime = world.runtime(task_id)
+    world = worker.world
+    runtime = world.runtimes[task_id]
     errored: list[EpisodeResult] = []
     for try_index in range(max_error_retries + 1):
         agent = make_agent()
-        policy = SingleAgentPolicy(agent, world.cfg.model.name)
-        user = BudgetUser(world.user, agent.trace)
-        faults_from = None if stored_attempt is None else fault_seed(task_id, stored_attempt, try_index)
-        result = await run_episode(runtime, world.backend, policy, user, world.judge, attempt,
-                                   episode_seed(uid, attempt, try_index), world.limits, faults=world.cfg.faults,
+        policy = SingleAgentPolicy(agent, worker.cfg.model.name)
+        budgeted = dataclasses.replace(world, user=BudgetUser(world.user, agent.trace))
+        faults_from = None if stored_attempt is None else verl_fault_seed(task_id, stored_attempt, try_index)
+        result = await run_episode(budgeted, runtime, policy, attempt, rollout_seed(uid, attempt, try_index),
                                    fault_seed=faults_from)
         if agent.fatal is not None:
             raise agent.fatal
@@ -200,7 +205,7 @@ async def run_training_episode(world: EpisodeWorld, task_id: str, make_agent: Ca
     raise EpisodeErrored(task_id, errored)
 
 
-async def tool_schemas(world: EpisodeWorld, runtime: TaskRuntime) -> tuple[ToolSchema, ...]:
+async def tool_schemas(world: EpisodeWorld, runtime: Runtime) -> tuple[ToolSchema, ...]:
     """The tool schemas an episode's agent sees (listed from a real MCP session on the task's episode state: a
     clone, or a τ² environment)."""
     state = runtime.open(world.backend)
@@ -218,7 +223,7 @@ async def first_prompt_lengths(world: EpisodeWorld, task_ids: Sequence[str],
     """Tokens of each task's first prompt; refuses a template that rewrites earlier turns."""
     lengths: dict[str, int] = {}
     for task_id in task_ids:
-        runtime = world.runtime(task_id)
+        runtime = world.runtimes[task_id]
         schemas = await tool_schemas(world, runtime)
         # a simulator that answers the agent's greeting (τ²'s) opens with a generated message: its scenario's
         # opening message stands in for its length here
@@ -237,7 +242,7 @@ async def first_prompt_lengths(world: EpisodeWorld, task_ids: Sequence[str],
 def check_pool_prompts(cfg: Config, task_ids: Sequence[str], tokenizer: object, max_prompt_tokens: int,
                        prompt_style: str = "tbx") -> dict[str, int]:
     """Launch-time check of every pool task's first prompt; returns the lengths, raises `ConfigError`."""
-    world = EpisodeWorld.from_config(cfg)
+    world = worker_world(cfg).world
     try:
         renderer = PromptRenderer(tokenizer, prompt_style, cfg.model.few_shot, cfg.model.tool_format,  # type: ignore[arg-type]
                                   cfg.model.chat_template_kwargs)

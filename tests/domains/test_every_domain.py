@@ -10,8 +10,7 @@ from tbx.episodes import Outcome, run_episode
 from tbx.grading.judge import EvidenceJudge
 from tbx.policies.reference import NullPolicy, OraclePolicy, ScriptAgent, turns_from_steps
 from tbx.tasks.mutations import mutate
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 
 
 class StepsPolicy(NullPolicy):
@@ -24,7 +23,7 @@ class StepsPolicy(NullPolicy):
 
 def play_all(runtimes, backend, policies):
     async def go():
-        return await asyncio.gather(*(run_episode(rt, backend, policy, ScriptedUser(), EvidenceJudge(), 0, 0, LIMITS)
+        return await asyncio.gather(*(run_episode(world_of(backend, judge=EvidenceJudge()), rt, policy, 0, 0)
                                       for rt, policy in zip(runtimes, policies, strict=True)))
     return asyncio.run(go())
 

@@ -20,8 +20,7 @@ from tbx.grading.judge import EvidenceJudge
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 
 from .harness import BUNDLED, TRAINING, families_of, pick, replay
 
@@ -144,9 +143,9 @@ def test_reference_passes_and_single_faults_fail(backend, runtime, name, family)
 def test_oracle_episode_with_scripted_user_passes_and_null_fails(backend, runtime, name, family):
     rt = runtime(pick(get_domain(name).generate_tasks(0), family, 2))
     judge = EvidenceJudge()  # the default: a family may have a judge rule
-    good = asyncio.run(run_episode(rt, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0, LIMITS))
+    good = asyncio.run(run_episode(world_of(backend, judge=judge), rt, OraclePolicy(), 0, 0))
     assert good.outcome is Outcome.SUCCESS and good.ended_by == "user_stop", good.cause
-    bad = asyncio.run(run_episode(rt, backend, NullPolicy(), ScriptedUser(), judge, 0, 0, LIMITS))
+    bad = asyncio.run(run_episode(world_of(backend, judge=judge), rt, NullPolicy(), 0, 0))
     assert bad.outcome is Outcome.FAILURE
 
 

@@ -14,8 +14,7 @@ from tbx.config import TasksConfig
 from tbx.episodes import Outcome, run_episode
 from tbx.grading.judge import EvidenceJudge, Judge, JudgeVerdict
 from tbx.policies.reference import OraclePolicy
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 from tests.helpers.stage import make_cfg
 
 BENCH = ("travel", "retail", "auto_insurance", "neobank", "consulting")
@@ -47,7 +46,7 @@ def judged(request, tmp_path_factory):
 def play(runtime, backend, judge, steps=None):
     task = runtime.task if steps is None else dataclasses.replace(runtime.task, reference=tuple(steps))
     runtime = dataclasses.replace(runtime, task=task)
-    return asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), judge, 0, 0, LIMITS))
+    return asyncio.run(run_episode(world_of(backend, judge=judge), runtime, OraclePolicy(), 0, 0))
 
 
 def without_statement(task):

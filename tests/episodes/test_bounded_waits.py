@@ -19,8 +19,7 @@ from tbx.episodes import Outcome, run_episode
 from tbx.messages import AssistantTurn, ToolCall
 from tbx.store.results import read_records
 from tbx.tools.declare import tool
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS, ScriptPolicy, mock_task, with_tool
+from tests.helpers.episodes import LIMITS, ScriptPolicy, mock_task, with_tool, world_of
 
 LIMIT_S = 0.5
 CUT = dataclasses.replace(LIMITS, call_timeout_s=LIMIT_S)
@@ -53,7 +52,7 @@ def play_in_thread(runtime, backend, name: str, deadline_s: float = 20.0):
     box: list = []
 
     def episode() -> None:
-        box.append(asyncio.run(run_episode(runtime, backend, ScriptPolicy(turns), ScriptedUser(), None, 0, 0, CUT)))
+        box.append(asyncio.run(run_episode(world_of(backend, limits=CUT), runtime, ScriptPolicy(turns), 0, 0)))
 
     began = time.perf_counter()
     worker = threading.Thread(target=episode, daemon=True)
@@ -93,7 +92,7 @@ def test_the_episode_deadline_bounds_turns_that_no_other_limit_does(backend):
     runtime = prepare_task(mock_task(), backend)
     limits = dataclasses.replace(LIMITS, turn_timeout_s=None, episode_timeout_s=LIMIT_S)
     began = time.perf_counter()
-    result = asyncio.run(run_episode(runtime, backend, SilentPolicy(), ScriptedUser(), None, 0, 0, limits))
+    result = asyncio.run(run_episode(world_of(backend, limits=limits), runtime, SilentPolicy(), 0, 0))
     assert result.outcome is Outcome.INFRA_ERROR and time.perf_counter() - began < 3, result.cause
     assert result.cause == "the episode did not end within 0.5 s (eval.episode_timeout_s)"
 
@@ -102,12 +101,12 @@ def test_other_episodes_go_on_while_one_tool_hangs(backend):
     runtime = with_tool(prepare_task(mock_task(), backend), sleepy.__tbx_tool__)
 
     async def both():
-        hung = run_episode(runtime, backend, ScriptPolicy([AssistantTurn(tool_calls=(ToolCall("sleepy", {}),))]),
-                           ScriptedUser(), None, 0, 0, dataclasses.replace(LIMITS, call_timeout_s=10.0))
+        hung = run_episode(world_of(backend, limits=dataclasses.replace(LIMITS, call_timeout_s=10.0)), runtime,
+                           ScriptPolicy([AssistantTurn(tool_calls=(ToolCall("sleepy", {}),))]), 0, 0)
         from tbx.policies.reference import OraclePolicy
 
         began = time.perf_counter()
-        fine = asyncio.ensure_future(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 1, 0, LIMITS))
+        fine = asyncio.ensure_future(run_episode(world_of(backend), runtime, OraclePolicy(), 1, 0))
         slow = asyncio.ensure_future(hung)
         good = await fine
         took = time.perf_counter() - began

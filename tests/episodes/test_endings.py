@@ -18,7 +18,6 @@ from tbx.messages import AssistantTurn
 from tbx.policies.base import Agent, Policy
 from tbx.policies.openai_compat import OpenAIPolicy
 from tbx.policies.reference import ScriptAgent
-from tbx.users.scripted import ScriptedUser
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     Scripted,
@@ -27,7 +26,7 @@ from tests.fakes.openai_server import (
     text_reply,
     tool_call_reply,
 )
-from tests.helpers.episodes import LIMITS, mock_task
+from tests.helpers.episodes import LIMITS, mock_task, world_of
 
 VLLM_OVERFLOW = ("This model's maximum context length is 2048 tokens. However, you requested 2113 tokens (1601 in "
                  "the messages, 512 in the completion). Please reduce the length of the messages or completion.")
@@ -47,8 +46,8 @@ def play(runtime, policy: Policy, turn_timeout_s: float | None = None):
 
     async def episode():
         try:
-            return await run_episode(task, backend, policy, ScriptedUser(), None, 0, 0,
-                                     replace(LIMITS, turn_timeout_s=turn_timeout_s))
+            return await run_episode(world_of(backend, limits=replace(LIMITS, turn_timeout_s=turn_timeout_s)), task,
+                                     policy, 0, 0)
         finally:
             await policy.aclose()
     return asyncio.run(episode())

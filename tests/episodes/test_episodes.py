@@ -18,12 +18,11 @@ from tbx.policies.reference import NullPolicy, OraclePolicy, turns_from_steps
 from tbx.tasks import load_task
 from tbx.tasks.mutations import mutate
 from tbx.users.base import UserSession, UserSimulator
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS, MOCK, ScriptPolicy, mock_task
+from tests.helpers.episodes import MOCK, ScriptPolicy, mock_task, world_of
 
 
 def play(runtime, backend, policy, user=None, judge=None, attempt=0):
-    return asyncio.run(run_episode(runtime, backend, policy, user or ScriptedUser(), judge, attempt, 0, LIMITS))
+    return asyncio.run(run_episode(world_of(backend, user, judge), runtime, policy, attempt, 0))
 
 
 def test_oracle_passes_null_fails(backend):
@@ -94,7 +93,7 @@ def test_two_concurrent_episodes_never_see_each_others_writes(backend):
             return Probe(*(("a", 5) if context.attempt == 0 else ("b", 20)))
 
     async def both():
-        return await asyncio.gather(*(run_episode(runtime, backend, Pair(), ScriptedUser(), None, a, 0, LIMITS)
+        return await asyncio.gather(*(run_episode(world_of(backend), runtime, Pair(), a, 0)
                                       for a in (0, 1)))
 
     first, second = asyncio.run(both())

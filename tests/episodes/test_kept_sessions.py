@@ -13,7 +13,7 @@ from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks.loader import load_task
 from tbx.tools.mcp_server import ToolSessions
 from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 
 MOCK = get_domain("mock")
 SAME = ("outcome", "final_delta", "transcript", "counts", "grade")
@@ -33,7 +33,7 @@ def test_kept_sessions_give_each_episode_its_own_database_and_the_same_episodes(
         results = []
         for policy in (OraclePolicy(), NullPolicy(), OraclePolicy()):
             for runtime in runtimes:
-                results.append(await run_episode(runtime, backend, policy, user, None, 0, 0, LIMITS, sessions=sessions))
+                results.append(await run_episode(world_of(backend, user, sessions=sessions), runtime, policy, 0, 0))
         return results
 
     async def kept():
@@ -56,11 +56,9 @@ def test_a_session_whose_tools_failed_is_closed_not_reused(backend):
     async def play():
         sessions = ToolSessions()
         try:
-            failed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS, faults=faults,
-                                       sessions=sessions)
+            failed = await run_episode(world_of(backend, faults=faults, sessions=sessions), runtime, OraclePolicy(), 0, 0)
             left_open = len(sessions._open)
-            passed = await run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS,
-                                       sessions=sessions)
+            passed = await run_episode(world_of(backend, sessions=sessions), runtime, OraclePolicy(), 0, 0)
             return failed, left_open, passed
         finally:
             await sessions.aclose()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import threading
 
-from tbx.campaign import episode_seed
+from tbx.episodes.seeds import episode_seed
 from tbx.policies.reference import DONE
 from tbx.users.base import STOP
 from tests.fakes.openai_server import FakeOpenAIServer, Scripted, status_reply, text_reply, tool_call_reply

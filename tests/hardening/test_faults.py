@@ -29,8 +29,7 @@ from tbx.records import ERROR_OUTCOMES, StoredTry
 from tbx.store.results import read_records
 from tbx.tasks import load_task
 from tbx.users.base import UserSession, UserSimulator
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import LIMITS, world_of
 from tests.helpers.stage import make_cfg, run
 from tests.stages.coin import true_rate
 
@@ -102,16 +101,16 @@ def test_each_site_fails_or_hangs_into_its_error_outcome(site, kind, wanted, bac
     cfg = FaultsConfig(**{site: 0.5}, hang=1.0 if kind == "hang" else 0.0)
     seed = seed_where(cfg, site, wanted)
     start = time.perf_counter()
-    result = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), EvidenceJudge(), 0, seed,
-                                     CUT, faults=cfg))
+    result = asyncio.run(run_episode(world_of(backend, judge=EvidenceJudge(), limits=CUT, faults=cfg), runtime,
+                                     OraclePolicy(), 0, seed))
     took = time.perf_counter() - start
     assert result.outcome.value == SITE_OUTCOMES[site] and result.reward is None, result.cause
     assert result.extra["faults"] == [{"site": site, "kind": kind, "call": len(wanted) - 1}]
     assert ("did not answer within 0.2 s" if kind == "hang" else "injected fault") in result.cause, result.cause
     assert took < TIMEOUT + 2.0  # a hang costs the limit, not more (PostgreSQL clones take ~10 ms)
     assert not leftover_databases(backend)  # the episode database was dropped (or never made)
-    clean = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), EvidenceJudge(), 0, seed,
-                                    LIMITS))  # the usual limits: on a loaded machine a real call may take 0.2 s
+    clean = asyncio.run(run_episode(world_of(backend, judge=EvidenceJudge()), runtime, OraclePolicy(), 0,
+                                    seed))  # the usual limits: on a loaded machine a real call may take 0.2 s
     assert clean.outcome is Outcome.SUCCESS and "faults" not in clean.extra
 
 
@@ -140,10 +139,8 @@ def test_real_hangs_are_bounded_by_the_call_timeout(tmp_path):
     backend = make_backend("sqlite", None, str(tmp_path))
     runtime = prepare_task(load_task(judged_mock_tasks()[0], "judged", MOCK.policy), backend)
     start = time.perf_counter()
-    user = asyncio.run(run_episode(runtime, backend, OraclePolicy(), HangingUser(), None, 0, 0,
-                                   CUT))
-    judge = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), HangingJudge(), 0, 0,
-                                    CUT))
+    user = asyncio.run(run_episode(world_of(backend, user=HangingUser(), limits=CUT), runtime, OraclePolicy(), 0, 0))
+    judge = asyncio.run(run_episode(world_of(backend, judge=HangingJudge(), limits=CUT), runtime, OraclePolicy(), 0, 0))
     assert time.perf_counter() - start < 2 * TIMEOUT + 2.0
     assert user.outcome is Outcome.USER_SIM_ERROR and "user simulator did not answer" in user.cause
     assert judge.outcome is Outcome.VERIFIER_ERROR and "judge on rule told did not answer" in judge.cause

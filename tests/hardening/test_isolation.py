@@ -22,8 +22,7 @@ from tbx.domains import get_domain
 from tbx.episodes import Outcome, run_episode
 from tbx.policies.reference import NullPolicy, OraclePolicy
 from tbx.tasks import load_task
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 
 MOCK = get_domain("mock")
 ACCOUNTS = MOCK.metadata.tables["accounts"]
@@ -35,7 +34,7 @@ def nickname_task():
 
 
 def play(runtime, backend, policy):
-    return asyncio.run(run_episode(runtime, backend, policy, ScriptedUser(), None, 0, 0, LIMITS))
+    return asyncio.run(run_episode(world_of(backend), runtime, policy, 0, 0))
 
 
 @pytest.mark.parametrize("commit", [False, True], ids=["uncommitted", "committed"])

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tbx.campaign import episode_seed
 from tbx.config import UserConfig
 from tbx.domains import get_domain
+from tbx.episodes.seeds import episode_seed
 from tbx.grading.audit import audit_records, audit_run, scan_context, task_secrets
 from tbx.messages import Message
 from tbx.users.base import STOP, UserSession, UserSimulator, UserTurn

@@ -1,5 +1,5 @@
-"""What episode tests share: the default limits every run plays within, mock tasks (as files hold them and loaded), a policy that plays
-scripted turns, and a tool that blocks until a test releases it (added to a task's domain by `with_tool`)."""
+"""What episode tests share: the default limits every run plays within, a world on a backend (`world_of`), mock
+tasks (as files hold them and loaded), a policy that plays scripted turns, and a tool that blocks until a test releases it (added to a task's domain by `with_tool`)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,22 @@ import threading
 
 from tbx.config import Config
 from tbx.domains import get_domain
-from tbx.episodes import episode_limits
+from tbx.episodes import EpisodeWorld, episode_limits
 from tbx.policies.base import Policy
 from tbx.policies.reference import ScriptAgent
 from tbx.tasks import load_task
 from tbx.tools.declare import tool
+from tbx.users.scripted import ScriptedUser
 
 MOCK = get_domain("mock")
 LIMITS = episode_limits(Config())  # the defaults every run plays within
+
+
+def world_of(backend, user=None, judge=None, limits=LIMITS, faults=None, sessions=None) -> EpisodeWorld:
+    """An episode world on `backend` (runtimes passed to `run_episode` directly): the scripted user unless
+    `user`, no judge unless `judge`, the default limits unless `limits`, no faults unless `faults`."""
+    return EpisodeWorld(backend=backend, runtimes={}, user=user or ScriptedUser(), judge=judge, limits=limits,
+                        faults=faults, sessions=sessions)
 
 
 def mock_tasks() -> list[dict]:

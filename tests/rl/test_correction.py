@@ -138,13 +138,13 @@ def test_the_native_update_applies_the_weights_against_the_sampled_log_probs():
 
 def step_metrics(*overrides: str, temperature: float = 1.0) -> dict:
     from tbx.rl.sampler import SamplerStats
-    from tbx.stages.train import _step_metrics
+    from tbx.rl.trainer import step_metrics as metrics_of
 
     cfg = compose_cfg("stage=train", *overrides, f"model.temperature={temperature}")
     stats = truncated_importance_weights(OLD, SAMPLER, MASK, 2.0).stats
     batch = SimpleNamespace(groups=(), stats=SamplerStats(*[0] * 4, 0.0, *[0] * 6))
     update = UpdateResult(-0.2, 1.0, 5, 3, 0.0, 0.1, stats)
-    return _step_metrics(cfg, 0, batch, [], update, [], 1.0, SimpleNamespace(sync_seconds=[0.5]))
+    return metrics_of(cfg, 0, batch, [], update, [], 1.0, SimpleNamespace(sync_seconds=[0.5]))
 
 
 def test_each_step_logs_the_weights_and_the_mismatch_kl():

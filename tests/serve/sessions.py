@@ -9,8 +9,7 @@ from tbx.episodes import run_episode
 from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import ServedEpisode
 from tbx.serve.server import domain_tools, episode_server
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 
 
 async def serve_one(runtime, backend, client_script):
@@ -20,7 +19,7 @@ async def serve_one(runtime, backend, client_script):
 
     def open_episode(task_id, attempt, record):
         def play(agent):
-            return run_episode(runtime, backend, agent, ScriptedUser(), None, attempt, 0, LIMITS)
+            return run_episode(world_of(backend), runtime, agent, attempt, 0)
 
         return ServedEpisode(task_id, attempt, play, record)
 

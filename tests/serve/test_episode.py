@@ -21,8 +21,7 @@ from tbx.serve.campaign import Campaign, Seat, View
 from tbx.serve.episode import OVER, TURN_LIMIT, USER_ENDED, ServedEpisode
 from tbx.tasks import load_task
 from tbx.tools.mcp_server import InfraLog, build_server
-from tbx.users.scripted import ScriptedUser
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 from tests.serve.agents import play_reference, text
 from tests.serve.sessions import serve_one
 
@@ -45,7 +44,7 @@ def mock_runtime(backend, index=0, **changes):
 def test_the_reference_through_mcp_is_the_in_process_oracle_turn_for_turn(backend, index):
     runtime = mock_runtime(backend, index)
     last, stored, _ = asyncio.run(serve_one(runtime, backend, lambda c: play_reference(c, runtime.task)))
-    oracle = asyncio.run(run_episode(runtime, backend, OraclePolicy(), ScriptedUser(), None, 0, 0, LIMITS))
+    oracle = asyncio.run(run_episode(world_of(backend), runtime, OraclePolicy(), 0, 0))
     (served,) = stored
     assert served.outcome is Outcome.SUCCESS and oracle.outcome is Outcome.SUCCESS
     assert served.transcript == oracle.transcript  # same messages, call ids and tool answers

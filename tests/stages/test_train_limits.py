@@ -2,9 +2,9 @@
 whose body never returns ends the training episode as an infra_error once `eval.call_timeout_s` has
 passed, and the step goes on (the group is dropped, nothing trains on it).
 
-The trainer's loop (`tbx.stages.train._train`) runs for real over the mock task, the results store and
-the group sampler; the trained policy is the seam faked (the served model is the GPU part): a script
-that calls the blocking tool, with a one-parameter module for the checkpoint. The loop runs in a thread
+The trainer's loop (`tbx.stages.train._train` over the recipe, tbx/rl/trainer.py) runs for real over the mock
+task, the results store and the group sampler; the trained policy is the seam faked (the served model is the
+GPU part): a script that calls the blocking tool, with a one-parameter module for the checkpoint. The loop runs in a thread
 the test waits for with a deadline, so a hang fails the test instead of freezing it."""
 
 import asyncio
@@ -14,12 +14,15 @@ import numpy as np
 import pytest
 import torch
 
+from tbx.campaign import build_world
 from tbx.catalog import prepare_task
 from tbx.messages import AssistantTurn, ToolCall
+from tbx.policies.trainable import TracedPolicy
 from tbx.records import TrainState
 from tbx.rl.sampler import GroupSampler
+from tbx.rl.trainer import NativeRecipe
 from tbx.runs.sinks import NullSink
-from tbx.stages.train import _train, _Trainer
+from tbx.stages.train import _train
 from tbx.store import open_store
 from tbx.store.results import read_records
 from tests.helpers.episodes import ScriptPolicy, blocking, mock_task, released, with_tool
@@ -30,21 +33,20 @@ LIMIT_S = 0.5
 
 class BlockedTrainee(ScriptPolicy):
     """What `_train` asks of the trained policy when no episode reaches a verdict: every agent calls the
-    blocking tool; traces are empty (an error episode is never trained on)."""
+    blocking tool (a script: it samples no tokens)."""
 
     name = "trainee"
 
     def __init__(self):
         super().__init__([AssistantTurn(tool_calls=(ToolCall("blocking", {}, "call_0"),))])
         self.model = torch.nn.Linear(1, 1)
-        self.taken: list[int] = []
+        self.sync_seconds: list[float] = []
 
-    def take_trace(self, seed: int) -> list:
-        self.taken.append(seed)
-        return []
+    def traced(self) -> TracedPolicy:
+        return TracedPolicy(self)
 
-    def forget_agents(self) -> None:
-        pass
+    def sync_weights(self, step: int) -> float:
+        raise AssertionError("no step with only error episodes updates the model")
 
 
 @pytest.fixture
@@ -79,15 +81,15 @@ def _train_one_step(tmp_path, backend, *overrides: str) -> None:
     run_dir = tmp_path / "run"
     store = open_store(None, run_dir, "train-limits", "train")
     policy = BlockedTrainee()
-    run = _Trainer(policy=policy, optimizer=torch.optim.AdamW(policy.model.parameters()),
-                   sampler=GroupSampler([runtime.task.id], 2, 1, np.random.default_rng(0), 0, 0), store=store,
-                   checkpoints=run_dir / "checkpoints", state=TrainState(), sink=NullSink(), backend=backend,
-                   runtimes={runtime.task.id: runtime})
+    recipe = NativeRecipe(cfg, policy, torch.optim.AdamW(policy.model.parameters()),
+                          GroupSampler([runtime.task.id], 2, 1, np.random.default_rng(0), 0, 0),
+                          run_dir / "checkpoints", TrainState())
+    world = build_world(cfg, backend, {runtime.task.id: runtime})
     failed = []
 
     def train() -> None:
         try:
-            asyncio.run(_train(cfg, run))
+            asyncio.run(_train(cfg, recipe, world, store, NullSink()))
         except BaseException as exc:  # reported by the assertion below
             failed.append(exc)
 
@@ -99,7 +101,7 @@ def _train_one_step(tmp_path, backend, *overrides: str) -> None:
         assert not failed, failed
         records = read_records(run_dir)
         assert records and all(r.outcome == "infra_error" for r in records), records
-        assert run.state.step == 1 and run.state.history[0]["train/groups"] == 0  # dropped, never trained
-        assert {r.seed for r in records} <= set(policy.taken)  # their traces dropped, never trained on
+        assert recipe.state.step == 1 and recipe.state.history[0]["train/groups"] == 0  # dropped, never trained
+        assert "train/loss" not in recipe.state.history[0] and not recipe.state.scored  # no update, no reward
     finally:
         store.close()

@@ -12,7 +12,7 @@ import pytest
 from tbx.backend import make_backend
 from tbx.catalog import prepare_task
 from tbx.config import Config
-from tbx.episodes import episode_limits, run_episode
+from tbx.episodes import EpisodeWorld, episode_limits, run_episode
 from tbx.tau2 import SOURCES
 from tbx.tau2.environment import module_db_class, tau2_domain
 from tbx.tau2.package import tau2_domain_module
@@ -36,12 +36,13 @@ def play(jobs, policy, user=None, faults=None):
     """Play (runtime, attempt) jobs in one event loop with kept MCP sessions; their results in order."""
     async def main():
         sessions = ToolSessions()
+        world = EpisodeWorld(backend=None, runtimes={}, user=user or ScriptedUser(), judge=None, limits=LIMITS,
+                             faults=faults, sessions=sessions)  # τ² states are in memory: no backend
         gate = asyncio.Semaphore(8)
 
         async def one(runtime, attempt):
             async with gate:
-                return await run_episode(runtime, None, policy, user or ScriptedUser(), None, attempt, 0, LIMITS,
-                                         faults=faults, sessions=sessions)
+                return await run_episode(world, runtime, policy, attempt, 0)
         try:
             return await asyncio.gather(*(one(runtime, attempt) for runtime, attempt in jobs))
         finally:

@@ -11,6 +11,7 @@ initialised llama that generates real tokens and log-probabilities. Needs verl: 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from pathlib import Path
 
@@ -200,8 +201,8 @@ def row_kwargs(task_id: str, session_id: int = 0) -> dict:
 def test_errored_episode_raises_and_verl_v1_counts_it_as_a_failed_session(setup):
     from verl.trainer.ppo.v1.agent_loop_tq import _settle_session_tasks
 
-    world = world_for(setup["plan"].paths.tbx_config)
-    real_user = world.user
+    worker = world_for(setup["plan"].paths.tbx_config)
+    real, real_user = worker.world, worker.world.user
 
     class DownUser(type(real_user)):
         def session(self, scenario, seed):
@@ -212,7 +213,7 @@ def test_errored_episode_raises_and_verl_v1_counts_it_as_a_failed_session(setup)
             session.reply = broken
             return session
 
-    world.user = DownUser()
+    worker.world = dataclasses.replace(real, user=DownUser())
     server = scripted_server(setup["tokenizer"])
 
     async def go():
@@ -223,7 +224,7 @@ def test_errored_episode_raises_and_verl_v1_counts_it_as_a_failed_session(setup)
     try:
         errors = asyncio.run(go())
     finally:
-        world.user = real_user
+        worker.world = real
     assert len(errors) == 1 and isinstance(errors[0], EpisodeErrored)  # -> prompt status "failure", no sample
     assert [r.outcome.value for r in errors[0].tries] == ["user_sim_error", "user_sim_error"]  # 1 + 1 retry
 

@@ -16,6 +16,7 @@ import pytest
 from tbx.config import BackendConfig, Config, EvalConfig, FaultsConfig, ModelConfig, TasksConfig
 from tbx.episodes import Outcome
 from tbx.episodes.faults import draw
+from tbx.episodes.seeds import verl_fault_seed as fault_seed
 from tbx.errors import ConfigError, UserSimError
 from tbx.llm.parsing import render_assistant_text
 from tbx.messages import Message, ToolCall
@@ -23,11 +24,11 @@ from tbx.policies.prompting import build_chat, demonstrations_for, render_prompt
 from tbx.users.scripted import ScriptedUser
 from tbx.verl_bridge.episode import (
     EpisodeErrored,
-    EpisodeWorld,
     TrainingEpisode,
+    WorkerWorld,
     check_pool_prompts,
-    fault_seed,
     run_training_episode,
+    worker_world,
 )
 from tbx.verl_bridge.token_agent import SENTINEL, PromptRenderer, TokenAgent, TokenLimits, _mark_turns
 from tests.helpers.episodes import blocking, released, with_tool
@@ -38,13 +39,18 @@ LIMITS = TokenLimits(prompt=8192, response=4096, new_tokens=256)
 
 
 @pytest.fixture
-def world(tmp_path) -> EpisodeWorld:
+def world(tmp_path) -> WorkerWorld:
     cfg = Config(tasks=TasksConfig(name="mock", domains=["mock"]),
                  backend=BackendConfig(kind="sqlite", workdir=str(tmp_path / "db")),
                  model=ModelConfig(name="tiny", few_shot=True))
-    made = EpisodeWorld.from_config(cfg)
+    made = worker_world(cfg)
     yield made
-    made.backend.close()
+    made.world.backend.close()
+
+
+def with_parts(worker: WorkerWorld, **parts) -> WorkerWorld:
+    """`worker` whose episode world has other parts (a user simulator, faults)."""
+    return dataclasses.replace(worker, world=dataclasses.replace(worker.world, **parts))
 
 
 class RecordingRenderer(PromptRenderer):
@@ -148,7 +154,7 @@ def test_error_outcome_is_rerun_not_scored(world):
                 inner.reply = broken
             return inner
 
-    world.user = FlakyUser()
+    world = with_parts(world, user=FlakyUser())
     episode = play(world, oracle_server(world))
     assert [r.outcome for r in episode.error_tries] == [Outcome.USER_SIM_ERROR]
     assert episode.result.outcome is Outcome.SUCCESS and episode.reward == 1.0
@@ -160,7 +166,7 @@ def test_injected_faults_follow_the_stored_attempt_not_verls_random_uid(world):
     """The faults of a training try are drawn from its task and stored attempt (fault_seed), so a run and its
     replayed step inject the same ones, whatever uid verl gives the prompt."""
     faults = FaultsConfig(name="test", db=0.5, hang=0.0)
-    world.cfg = dataclasses.replace(world.cfg, faults=faults)
+    world = with_parts(world, faults=faults)
     clone_fails = [draw(faults, fault_seed(TASK, attempt, 0), "db", 0) == "fail" for attempt in range(40)]
     stored = next(a for a in range(40) if clone_fails[a] and draw(faults, fault_seed(TASK, a, 1), "db", 0) is None
                   and draw(faults, fault_seed(TASK, a, 1), "db", 1) is None)
@@ -181,7 +187,7 @@ def test_episode_that_always_errors_raises_instead_of_reward_zero(world):
             inner.reply = broken
             return inner
 
-    world.user = DownUser()
+    world = with_parts(world, user=DownUser())
     with pytest.raises(EpisodeErrored) as caught:
         play(world, oracle_server(world), retries=2)
     assert len(caught.value.tries) == 3 and all(r.outcome is Outcome.USER_SIM_ERROR for r in caught.value.tries)
@@ -202,7 +208,7 @@ def test_response_budget_ends_the_episode_and_it_is_graded(world):
             inner.reply = reply
             return inner
 
-    world.user = CountingUser()
+    world = with_parts(world, user=CountingUser())
     limits = TokenLimits(prompt=8192, response=80, new_tokens=256)
     episode = play(world, oracle_server(world), limits=limits)
     trace = episode.trace
@@ -326,10 +332,11 @@ def test_a_tool_that_never_returns_ends_a_training_episode_as_an_error(tmp_path)
     cfg = Config(tasks=TasksConfig(name="mock", domains=["mock"]), eval=EvalConfig(call_timeout_s=0.5),
                  backend=BackendConfig(kind="sqlite", workdir=str(tmp_path / "db")),
                  model=ModelConfig(name="tiny", few_shot=True))
-    world, caught = EpisodeWorld.from_config(cfg), []
+    world, caught = worker_world(cfg), []
     released.clear()
     try:
-        world._runtimes[TASK] = with_tool(world.runtime(TASK), blocking.__tbx_tool__)
+        runtimes = world.world.runtimes
+        runtimes._prepared[TASK] = with_tool(runtimes[TASK], blocking.__tbx_tool__)
         call = render_assistant_text("", [ToolCall("blocking", {})])
         server = ScriptedServer(tiny_tokenizer(), {world.tasks[TASK].user.opening_message: [call]})
 
@@ -347,4 +354,4 @@ def test_a_tool_that_never_returns_ends_a_training_episode_as_an_error(tmp_path)
         assert all("did not answer within 0.5 s" in r.cause for r in caught[0].tries)
     finally:
         released.set()
-        world.backend.close()
+        world.world.backend.close()

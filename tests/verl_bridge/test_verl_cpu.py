@@ -33,10 +33,10 @@ pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs 
 
 from tbx.config import FaultsConfig
 from tbx.episodes.faults import draw
+from tbx.episodes.seeds import verl_fault_seed as fault_seed
 from tbx.errors import EXIT_NO_UPDATE
 from tbx.store.training import STEP_STRIDE, step_of
 from tbx.verl_bridge.cpu import cpu_environment
-from tbx.verl_bridge.episode import fault_seed
 from tbx.verl_bridge.launch import merge_checkpoint, step_metrics, step_times
 from tests.verl_bridge.verl_run import (
     ERRORS,

@@ -11,8 +11,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from tbx.episodes.seeds import rollout_seed
 from tbx.store.training import step_of
-from tbx.verl_bridge.episode import episode_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 # two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
@@ -24,7 +24,7 @@ GROUP, GROUPS, STEPS, RETRIES = 4, 1, 2, 2  # one group a step: the CI budget (a
 # micro-batch (ppo_max_token_len_per_gpu = PROMPT_TOKENS + RESPONSE_TOKENS), whatever verl samples.
 PROMPT_TOKENS, RESPONSE_TOKENS = 1536, 512
 ERRORS = ("infra_error", "user_sim_error", "verifier_error")
-# Faults are drawn from each try's task and stored attempt (tbx.verl_bridge.episode.fault_seed), so which ones
+# Faults are drawn from each try's task and stored attempt (tbx.episodes.seeds.verl_fault_seed), so which ones
 # hit is known before the run: with this seed the clone of one step-1 try 0 of each pool task fails (helpdesk
 # slot 0, hr_payroll slot 2), whatever the model does; tool, user and the grader's reads add drawn ones.
 FAULT_RATES = {"tool": 0.1, "user": 0.05, "db": 0.1, "hang": 0.0, "seed": 1}
@@ -82,7 +82,7 @@ def rollouts(run: Path, padding: bool = False) -> dict[int, list[dict]]:
 
 def joined_tries(verl_run) -> list[tuple[dict, dict]]:
     """Each trajectory verl trained on, with the stored try that produced it (the try's seed is derived
-    from verl's prompt uid, its session and the try index: tbx.verl_bridge.episode.episode_seed)."""
+    from verl's prompt uid, its session and the try index: tbx.episodes.seeds.rollout_seed)."""
     rows = stored_rows(verl_run["run"])
     by_seed = defaultdict(list)
     for row in rows:
@@ -92,7 +92,7 @@ def joined_tries(verl_run) -> list[tuple[dict, dict]]:
         for sample in samples:
             uid, session, _ = sample["uid"].rsplit("_", 2)
             found = [row for t in range(RETRIES + 1)
-                     for row in by_seed[(sample["gts"], episode_seed(uid, int(session), t))]
+                     for row in by_seed[(sample["gts"], rollout_seed(uid, int(session), t))]
                      if step_of(row["attempt"]) == step - 1]
             assert len(found) >= 1, f"step {step}: no stored try for {sample['uid']} ({sample['gts']})"
             verdicts = [row for row in found if row["outcome"] not in ERRORS]

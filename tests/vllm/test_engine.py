@@ -19,7 +19,7 @@ from tbx.config import ModelConfig, ServerConfig
 from tbx.llm.parsing import parse_assistant_text
 from tbx.messages import Message
 from tbx.policies.vllm import VLLMPolicy, folder_version, serve
-from tests.helpers.episodes import LIMITS
+from tests.helpers.episodes import world_of
 from tests.helpers.processes import group_pids
 from tests.helpers.prompts import POLICY, REQUESTS, TOOLS
 from tests.vllm.servers import attached, vllm_server
@@ -131,7 +131,7 @@ def test_a_shared_server_starts_is_reused_its_engine_dies_mid_episode_and_stop_l
         backend = make_backend("sqlite", None, str(tmp_path / "db"))
         try:
             runtime = prepare_task(task, backend)
-            result = asyncio.run(run_episode(runtime, backend, policy, KillingUser(), None, 0, 0, LIMITS))
+            result = asyncio.run(run_episode(world_of(backend, KillingUser()), runtime, policy, 0, 0))
         finally:
             backend.close()
         assert result.counts["turns"] >= 1  # the first turn was played before the engine died

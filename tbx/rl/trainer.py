@@ -1,0 +1,211 @@
+"""The native GRPO trainer as a recipe, in the manner of torchtune's recipes: `setup` (seeded generators, the
+trained policy, the optimizer, the group sampler, and the last checkpoint when there is one), then per step
+`play` (a step's groups, each episode played by the caller's function) and `update` (group-centred advantages,
+one token-mean GRPO update of the torch module, the new weights sent to the rollout server), `record` (the
+step's `train/` metrics, kept in the run's state) and `save` (a checkpoint a killed run resumes from).
+
+Playing and updating are separate methods on purpose: a sampler that keeps playing while the recipe updates
+(asynchronous GRPO) calls them apart. The recipe knows neither the episode loop nor the store: the caller's
+`play_episode(task_id, attempt, step)` plays one episode and returns it with the turns the policy sampled in it
+(`PlayedEpisode`), and the caller logs the metrics `step` returns (tbx/stages/train.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from tbx.config import Config
+from tbx.records import EpisodeResult, TrainState
+from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from tbx.rl.grpo import LossSettings, group_advantages
+from tbx.rl.native import TurnSample, UpdateResult, grpo_update
+from tbx.rl.sampler import GroupSampler, StepBatch
+
+
+class SampledTurn(Protocol):
+    """One assistant turn as the rollout server sampled it."""
+
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    logprobs: Sequence[float] | None
+
+
+class TrainedPolicy(Protocol):
+    """What the recipe asks of the policy it trains (tbx.policies.trainable.TrainablePolicy)."""
+
+    model: Any  # the torch module being trained
+    sync_seconds: list[float]
+
+    @property
+    def pad_id(self) -> int: ...
+
+    def check_samples(self, turns: list[Any]) -> None:
+        """Raise when a turn was sampled by other weights than the ones being trained."""
+
+    def sync_weights(self, step: int) -> float:
+        """Send the module's weights to the rollout server as step `step`'s; seconds taken."""
+
+
+@dataclass(frozen=True)
+class PlayedEpisode:
+    """A training episode's result and the turns the trained policy sampled in it (none for a policy that
+    sampled nothing); an error episode (reward None) is never trained on."""
+
+    result: EpisodeResult
+    turns: tuple[SampledTurn, ...]
+
+    @property
+    def reward(self) -> float | None:
+        return self.result.reward
+
+    @property
+    def seed(self) -> int:
+        return self.result.seed
+
+
+PlayEpisode = Callable[[str, int, int], Awaitable[PlayedEpisode]]  # (task id, attempt, step) -> the episode
+
+
+def step_samples(batch: StepBatch, policy: TrainedPolicy, norm_by_std: bool) -> list[TurnSample]:
+    """One sample per assistant turn of every trained episode, with its group-centred advantage.
+
+    Raises `StaleSamplesError` when a turn was sampled by other weights than the ones being trained."""
+    import torch
+
+    episodes = [episode for group in batch.groups for episode in group.episodes]
+    if not episodes:
+        return []
+    rewards = torch.tensor([float(e.reward) for e in episodes])
+    group_ids = [index for index, group in enumerate(batch.groups) for _ in group.episodes]
+    advantages = group_advantages(rewards, group_ids, norm_by_std=norm_by_std)
+    samples = []
+    for episode, advantage in zip(episodes, advantages.tolist(), strict=True):
+        turns = [turn for turn in episode.turns if turn.completion_ids]
+        policy.check_samples(turns)
+        samples += [TurnSample(turn.prompt_ids, turn.completion_ids, advantage, turn.logprobs) for turn in turns]
+    return samples
+
+
+def step_metrics(cfg: Config, step: int, batch: StepBatch, samples: list[TurnSample], update: UpdateResult | None,
+                 scored: list[float], seconds: float, policy: TrainedPolicy) -> dict[str, Any]:
+    """The `train/` metrics of one step; `update` is None when no group had a sample to train on (then the
+    policy synced no weights), `scored` holds every reward of the run so far, this step's included."""
+    rewards = [e.reward for g in batch.groups for e in g.episodes]
+    metrics = {"train/step": step + 1, "train/reward_mean": float(np.mean(rewards)) if rewards else 0.0,
+               "train/groups": len(batch.groups), "train/samples": len(samples),
+               "train/step_seconds": seconds,
+               "train/pool_pass_at_1_so_far": float(np.mean(scored)) if scored else 0.0}
+    metrics |= {f"train/sampler/{k}": v for k, v in batch.stats.as_dict().items()}
+    if update is not None:
+        # vLLM's log-probs are the raw (temperature-1) ones: compared with the trainer's only at temperature 1
+        comparable = cfg.model.temperature == 1.0
+        gap = update.logprob_gap if comparable else float("nan")
+        metrics |= {"train/loss": update.loss, "train/grad_norm": update.grad_norm,
+                    "train/response_tokens": update.response_tokens, "train/clip_fraction": update.clip_fraction,
+                    "train/logprob_gap": gap, "train/weight_sync_seconds": policy.sync_seconds[-1]}
+        # mismatch_kl always; the TIS weights' statistics when grpo.is_threshold applies them (tbx/rl/correction.py)
+        metrics |= {f"train/{key}": value if comparable else float("nan")
+                    for key, value in update.importance.as_metrics().items()
+                    if key.startswith("mismatch") or cfg.grpo.is_threshold is not None}
+    return metrics
+
+
+@dataclass
+class NativeRecipe:
+    """The parts a native training run works with, and where it stands (`state`, what checkpoints keep)."""
+
+    cfg: Config
+    policy: Any  # a TrainedPolicy
+    optimizer: Any  # torch.optim.Optimizer
+    sampler: GroupSampler
+    checkpoints: Path  # the run's checkpoint folder
+    state: TrainState
+
+    @classmethod
+    def setup(cls, cfg: Config, task_ids: Sequence[str], checkpoints: Path,
+              build_policy: Callable[[], TrainedPolicy]) -> NativeRecipe:
+        """Seed every generator a checkpoint saves (Python's and numpy's would start from fresh entropy, so two
+        runs of one config checkpoint the same states), build the policy, its optimizer and the sampler over
+        `task_ids`, and resume from the last checkpoint in `checkpoints` when there is one: the server then
+        answers with that checkpoint's weights, as it did for the uninterrupted run."""
+        import torch
+
+        random.seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        torch.manual_seed(cfg.seed)
+        policy = build_policy()
+        optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=cfg.grpo.lr,
+                                      weight_decay=cfg.grpo.weight_decay)
+        g = cfg.grpo
+        sampler = GroupSampler(list(task_ids), g.group_size, g.groups_per_step, np.random.default_rng(cfg.seed),
+                               g.max_replacements if g.replace_zero_variance else 0, g.max_error_reruns)
+        recipe = cls(cfg, policy, optimizer, sampler, checkpoints, TrainState())
+        latest = latest_checkpoint(checkpoints)
+        if latest is not None:
+            recipe.state = TrainState.from_checkpoint(*load_checkpoint(latest, policy.model, optimizer))
+            sampler.load_state_dict(recipe.state.sampler)
+            policy.sync_weights(recipe.state.step)
+            print(f"resuming {checkpoints.parent} from step {recipe.state.step}", file=sys.stderr)
+        return recipe
+
+    async def play(self, step: int, play_episode: PlayEpisode) -> StepBatch:
+        """Step `step`'s groups, every episode played by `play_episode` (replacement groups and error re-runs
+        included)."""
+        return await self.sampler.sample_step(lambda task_id, attempt: play_episode(task_id, attempt, step))
+
+    async def update(self, step: int, batch: StepBatch,
+                     say: Callable[[str], object] = lambda _: None) -> tuple[list[TurnSample], UpdateResult | None]:
+        """The step's samples, one GRPO update on them and the new weights sent to the server (none when no
+        group had a sample); the trained rewards join the run's. `say` hears what it is doing."""
+        cfg, policy = self.cfg, self.policy
+        samples = step_samples(batch, policy, cfg.grpo.norm_adv_by_std)
+        for group in batch.groups:
+            self.state.scored.extend(e.reward for e in group.episodes)
+        if not samples:
+            return samples, None
+        settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
+                                loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
+        update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+            grpo_update, policy.model, self.optimizer, samples, settings, pad_id=policy.pad_id,
+            micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
+            max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing,
+            is_threshold=cfg.grpo.is_threshold))
+        say("sending the weights to vLLM")
+        await asyncio.to_thread(policy.sync_weights, step + 1)
+        return samples, update
+
+    def record(self, step: int, batch: StepBatch, samples: list[TurnSample], update: UpdateResult | None,
+               seconds: float) -> dict[str, Any]:
+        """The step's metrics, kept in the run's history; the run now stands after `step`."""
+        metrics = step_metrics(self.cfg, step, batch, samples, update, self.state.scored, seconds, self.policy)
+        self.state.history.append(metrics)
+        self.state.step = step + 1
+        return metrics
+
+    async def step(self, step: int, play_episode: PlayEpisode,
+                   say: Callable[[str], object] = lambda _: None) -> dict[str, Any]:
+        """Play step `step`'s groups, update on them, and return the step's metrics."""
+        started = time.perf_counter()
+        batch = await self.play(step, play_episode)
+        say("updating the model")
+        samples, update = await self.update(step, batch, say)
+        return self.record(step, batch, samples, update, time.perf_counter() - started)
+
+    def save_due(self, step: int) -> bool:
+        """Whether a checkpoint follows step `step` (every `grpo.save_every` steps, and the last)."""
+        return (step + 1) % self.cfg.grpo.save_every == 0 or step + 1 == self.cfg.grpo.steps
+
+    def save(self) -> None:
+        """A checkpoint of where the run stands: weights, optimizer, sampler, scored rewards, history, RNGs."""
+        save_checkpoint(self.checkpoints, self.state.step, self.policy.model, self.optimizer,
+                        self.state.checkpoint_extra(self.sampler.state_dict()))
