@@ -135,17 +135,18 @@ def test_postgres_connections_carry_the_statement_timeout(tmp_path, pg_url):
 
     from tbx.backend import make_backend
 
-    backend = make_backend("postgres", pg_url, str(tmp_path), statement_timeout_s=0.2)
+    # 2 s: long enough for the template clone (itself a statement) on a loaded machine, far below the sleep
+    backend = make_backend("postgres", pg_url, str(tmp_path), statement_timeout_s=2.0)
     try:
         db = backend.clone(prepare_task(mock_task(), backend).template)
         reader = backend.open_reader(db)
         for engine in (db.engine, reader, backend.admin):
             with engine.connect() as conn:
-                assert conn.execute(text("SHOW statement_timeout")).scalar() == "200ms"
+                assert conn.execute(text("SHOW statement_timeout")).scalar() == "2s"
         began = time.perf_counter()
         with pytest.raises(OperationalError, match="statement timeout"), db.engine.connect() as conn:
-            conn.execute(text("SELECT pg_sleep(5)"))
-        assert time.perf_counter() - began < 2
+            conn.execute(text("SELECT pg_sleep(30)"))
+        assert time.perf_counter() - began < 15
         reader.dispose()
         backend.drop(db)
     finally:
