@@ -150,9 +150,6 @@ def check_grpo(cfg: Config) -> None:
     if cfg.grpo.max_staleness < 0:
         raise fail(cfg, "grpo.max_staleness", f"is {cfg.grpo.max_staleness}",
                    "give 0 (synchronous) or the number of weight versions a trained turn may lag (e.g. 1)")
-    if cfg.grpo.max_staleness > 0:
-        raise fail(cfg, "grpo.max_staleness", f"is {cfg.grpo.max_staleness}, but asynchronous training is not "
-                   "built yet", "give grpo.max_staleness=0")
 
 
 def check_is_threshold(cfg: Config) -> None:

@@ -40,11 +40,21 @@ class StaleSamplesError(InfraError):
 class TrainablePolicy(VLLMPolicy):
     name = "trainable"
 
-    def __init__(self, served: Served, *, model: Any, finetune: str, weights_dir: Path, run_name: str):
+    def __init__(self, served: Served, *, model: Any, finetune: str, weights_dir: Path, run_name: str,
+                 max_staleness: int = 0):
         super().__init__(served)
         self.model, self.finetune = model, finetune  # the torch module being trained
         self.weights_dir, self.run_name = weights_dir, run_name
         self.sync_seconds: list[float] = []
+        # asynchronous GRPO (grpo.max_staleness >= 1) plays while it updates: a turn may come from any weights
+        # this policy served; which of them a step trains on is the trainer's rule (tbx/rl/staleness.py)
+        self.max_staleness = max_staleness
+        self._served_versions = {self.weights_version}
+
+    def accepts_versions(self, versions: tuple[str, ...]) -> bool:
+        if self.max_staleness == 0:
+            return super().accepts_versions(versions)
+        return set(versions) <= self._served_versions
 
     @property
     def pad_id(self) -> int:
@@ -61,6 +71,7 @@ class TrainablePolicy(VLLMPolicy):
     def sync_weights(self, step: int) -> float:
         """Send the module's current weights to the server as version `<run>:step_<step>`; seconds taken."""
         version = f"{self.run_name}:step_{step}"
+        self._served_versions.add(version)  # before the swap: a turn queued during it answers with this version
         folder = self.weights_dir / f"step_{step}"
         staging = self.weights_dir / f".step_{step}.partial"
         shutil.rmtree(staging, ignore_errors=True)
@@ -154,5 +165,6 @@ def build_trainable(cfg: Config, run_dir: Path, finetune: str) -> TrainablePolic
                    tokenizer=loaded.tokenizer)
     print(f"training {cfg.model.name} ({finetune}) against vLLM at {served.server.base_url}", file=sys.stderr)
     return TrainablePolicy(served, model=model, finetune=finetune, weights_dir=run_dir / "weights",
+                           max_staleness=cfg.grpo.max_staleness,
                            run_name=run_dir.name)
 

@@ -4,8 +4,10 @@ trained policy, the optimizer, the group sampler, and the last checkpoint when t
 one token-mean GRPO update of the torch module, the new weights sent to the rollout server), `record` (the
 step's `train/` metrics, kept in the run's state) and `save` (a checkpoint a killed run resumes from).
 
-Playing and updating are separate methods on purpose: a sampler that keeps playing while the recipe updates
-(asynchronous GRPO) calls them apart. The recipe knows neither the episode loop nor the store: the caller's
+Playing and updating are separate methods: with `grpo.max_staleness` s >= 1 (asynchronous GRPO, `train`) the
+next step's groups are played while the recipe updates on this step's, so the inference server and the trainer
+work at once; a step then trains on turns sampled by weights at most s versions old (tbx/rl/staleness.py),
+drops older ones and counts them. With s = 0 each step plays, then updates, as a synchronous trainer does. The recipe knows neither the episode loop nor the store: the caller's
 `play_episode(task_id, attempt, step)` plays one episode and returns it with the turns the policy sampled in it
 (`PlayedEpisode`), and the caller logs the metrics `step` returns (tbx/stages/train.py).
 """
@@ -18,7 +20,7 @@ import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +32,7 @@ from tbx.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoin
 from tbx.rl.grpo import LossSettings, group_advantages
 from tbx.rl.native import TurnSample, UpdateResult, grpo_update
 from tbx.rl.sampler import GroupSampler, StepBatch
+from tbx.rl.staleness import BusyClock, StalenessStats, fresh_turns
 
 
 class SampledTurn(Protocol):
@@ -38,6 +41,7 @@ class SampledTurn(Protocol):
     prompt_ids: Sequence[int]
     completion_ids: Sequence[int]
     logprobs: Sequence[float] | None
+    weight_versions: tuple[str, ...]
 
 
 class TrainedPolicy(Protocol):
@@ -76,24 +80,31 @@ class PlayedEpisode:
 PlayEpisode = Callable[[str, int, int], Awaitable[PlayedEpisode]]  # (task id, attempt, step) -> the episode
 
 
-def step_samples(batch: StepBatch, policy: TrainedPolicy, norm_by_std: bool) -> list[TurnSample]:
+def step_samples(batch: StepBatch, policy: TrainedPolicy, norm_by_std: bool,
+                 staleness: tuple[int, int] | None = None) -> tuple[list[TurnSample], StalenessStats | None]:
     """One sample per assistant turn of every trained episode, with its group-centred advantage.
 
-    Raises `StaleSamplesError` when a turn was sampled by other weights than the ones being trained."""
+    Synchronous (`staleness` None): raises `StaleSamplesError` when a turn was sampled by other weights than the
+    ones being trained. Asynchronous (`staleness` = (the trained step, grpo.max_staleness)): turns older than
+    the bound are dropped, and the counts come back with the samples."""
     import torch
 
     episodes = [episode for group in batch.groups for episode in group.episodes]
     if not episodes:
-        return []
+        return [], None if staleness is None else StalenessStats({}, 0, 0)
     rewards = torch.tensor([float(e.reward) for e in episodes])
     group_ids = [index for index, group in enumerate(batch.groups) for _ in group.episodes]
     advantages = group_advantages(rewards, group_ids, norm_by_std=norm_by_std)
-    samples = []
-    for episode, advantage in zip(episodes, advantages.tolist(), strict=True):
-        turns = [turn for turn in episode.turns if turn.completion_ids]
-        policy.check_samples(turns)
-        samples += [TurnSample(turn.prompt_ids, turn.completion_ids, advantage, turn.logprobs) for turn in turns]
-    return samples
+    sampled = [[turn for turn in episode.turns if turn.completion_ids] for episode in episodes]
+    stats = None
+    if staleness is None:
+        for turns in sampled:
+            policy.check_samples(turns)
+    else:
+        sampled, stats = fresh_turns(sampled, *staleness)
+    samples = [TurnSample(turn.prompt_ids, turn.completion_ids, advantage, turn.logprobs)
+               for turns, advantage in zip(sampled, advantages.tolist(), strict=True) for turn in turns]
+    return samples, stats
 
 
 def step_metrics(cfg: Config, step: int, batch: StepBatch, samples: list[TurnSample], update: UpdateResult | None,
@@ -120,6 +131,17 @@ def step_metrics(cfg: Config, step: int, batch: StepBatch, samples: list[TurnSam
     return metrics
 
 
+@dataclass(frozen=True)
+class Updated:
+    """What a step's update did: its samples, the GRPO update (None when no group had a sample: no weights were
+    sent), the age of the trained turns (asynchronous runs), and the seconds of update and weight sync."""
+
+    samples: list[TurnSample]
+    result: UpdateResult | None
+    staleness: StalenessStats | None = None
+    seconds: float = 0.0
+
+
 @dataclass
 class NativeRecipe:
     """The parts a native training run works with, and where it stands (`state`, what checkpoints keep)."""
@@ -130,6 +152,8 @@ class NativeRecipe:
     sampler: GroupSampler
     checkpoints: Path  # the run's checkpoint folder
     state: TrainState
+    rollouts: BusyClock = field(default_factory=BusyClock)  # when some episode was being played
+    _drawn: dict[int, dict[str, Any]] = field(default_factory=dict)  # the sampler after each played step's draws
 
     @classmethod
     def setup(cls, cfg: Config, task_ids: Sequence[str], checkpoints: Path,
@@ -160,19 +184,28 @@ class NativeRecipe:
 
     async def play(self, step: int, play_episode: PlayEpisode) -> StepBatch:
         """Step `step`'s groups, every episode played by `play_episode` (replacement groups and error re-runs
-        included)."""
-        return await self.sampler.sample_step(lambda task_id, attempt: play_episode(task_id, attempt, step))
+        included); the sampler's state after its draws is kept for the checkpoint that follows the step."""
+        async def played(task_id: str, attempt: int) -> PlayedEpisode:
+            self.rollouts.start()
+            try:
+                return await play_episode(task_id, attempt, step)
+            finally:
+                self.rollouts.stop()
 
-    async def update(self, step: int, batch: StepBatch,
-                     say: Callable[[str], object] = lambda _: None) -> tuple[list[TurnSample], UpdateResult | None]:
+        batch = await self.sampler.sample_step(played)
+        self._drawn[step] = self.sampler.state_dict()
+        return batch
+
+    async def update(self, step: int, batch: StepBatch, say: Callable[[str], object] = lambda _: None) -> Updated:
         """The step's samples, one GRPO update on them and the new weights sent to the server (none when no
         group had a sample); the trained rewards join the run's. `say` hears what it is doing."""
-        cfg, policy = self.cfg, self.policy
-        samples = step_samples(batch, policy, cfg.grpo.norm_adv_by_std)
+        cfg, policy, started = self.cfg, self.policy, time.perf_counter()
+        bound = (step, cfg.grpo.max_staleness) if cfg.grpo.max_staleness else None
+        samples, staleness = step_samples(batch, policy, cfg.grpo.norm_adv_by_std, bound)
         for group in batch.groups:
             self.state.scored.extend(e.reward for e in group.episodes)
         if not samples:
-            return samples, None
+            return Updated(samples, None, staleness)
         settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
                                 loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
         update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
@@ -182,30 +215,71 @@ class NativeRecipe:
             is_threshold=cfg.grpo.is_threshold))
         say("sending the weights to vLLM")
         await asyncio.to_thread(policy.sync_weights, step + 1)
-        return samples, update
+        return Updated(samples, update, staleness, time.perf_counter() - started)
 
-    def record(self, step: int, batch: StepBatch, samples: list[TurnSample], update: UpdateResult | None,
-               seconds: float) -> dict[str, Any]:
-        """The step's metrics, kept in the run's history; the run now stands after `step`."""
-        metrics = step_metrics(self.cfg, step, batch, samples, update, self.state.scored, seconds, self.policy)
+    def record(self, step: int, batch: StepBatch, updated: Updated, span: tuple[float, float],
+               waited: float) -> dict[str, Any]:
+        """The step's metrics, kept in the run's history; the run now stands after `step`. `span` is the
+        step's wall-clock interval on the trainer, `waited` the seconds in it the trainer waited for episodes."""
+        seconds = span[1] - span[0]
+        metrics = step_metrics(self.cfg, step, batch, updated.samples, updated.result, self.state.scored, seconds,
+                               self.policy)
+        busy = self.rollouts.busy_between(*span)
+        metrics |= {"train/update_seconds": updated.seconds,
+                    "train/trainer_idle_fraction": waited / seconds if seconds > 0 else 0.0,
+                    "train/rollout_idle_fraction": 1.0 - busy / seconds if seconds > 0 else 0.0}
+        if updated.staleness is not None:
+            metrics |= {f"train/{key}": value for key, value in updated.staleness.as_metrics().items()}
         self.state.history.append(metrics)
         self.state.step = step + 1
         return metrics
 
     async def step(self, step: int, play_episode: PlayEpisode,
                    say: Callable[[str], object] = lambda _: None) -> dict[str, Any]:
-        """Play step `step`'s groups, update on them, and return the step's metrics."""
+        """Play step `step`'s groups, update on them, and return the step's metrics (a synchronous step)."""
         started = time.perf_counter()
         batch = await self.play(step, play_episode)
+        waited = time.perf_counter() - started
         say("updating the model")
-        samples, update = await self.update(step, batch, say)
-        return self.record(step, batch, samples, update, time.perf_counter() - started)
+        updated = await self.update(step, batch, say)
+        return self.record(step, batch, updated, (started, time.perf_counter()), waited)
+
+    async def train(self, play_episode: PlayEpisode, done: Callable[[int, dict[str, Any]], Awaitable[object]],
+                    say: Callable[[int, str], object] = lambda _step, _text: None) -> None:
+        """Every step from where the run stands; `done(step, metrics)` after each (the caller logs and saves).
+
+        With grpo.max_staleness >= 1 the next step's groups start playing as soon as this step's are complete,
+        so they play while this step updates and its weights are sent: the inference server and the trainer work
+        at once, and a step costs about max(play, update) rather than their sum. One step is played ahead at
+        most, so a trained turn is at most one version old; older turns (which only a longer lag would make)
+        are dropped and counted. An episode that a weight swap falls into finishes on the new weights, each turn
+        labelled with the weights that sampled it (vLLM pauses generation for the swap, so no turn mixes two)."""
+        steps, ahead = self.cfg.grpo.steps, None
+        try:
+            for step in range(self.state.step, steps):
+                began = time.perf_counter()
+                batch = await (ahead if ahead is not None else self.play(step, play_episode))
+                waited, ahead = time.perf_counter() - began, None
+                if self.cfg.grpo.max_staleness and step + 1 < steps:
+                    ahead = asyncio.create_task(self.play(step + 1, play_episode))
+                say(step, "updating the model")
+                updated = await self.update(step, batch, lambda text, step=step: say(step, text))
+                await done(step, self.record(step, batch, updated, (began, time.perf_counter()), waited))
+        finally:
+            if ahead is not None:  # a failing step: the episodes played ahead are cancelled, never trained on
+                ahead.cancel()
+                await asyncio.gather(ahead, return_exceptions=True)
 
     def save_due(self, step: int) -> bool:
         """Whether a checkpoint follows step `step` (every `grpo.save_every` steps, and the last)."""
         return (step + 1) % self.cfg.grpo.save_every == 0 or step + 1 == self.cfg.grpo.steps
 
     def save(self) -> None:
-        """A checkpoint of where the run stands: weights, optimizer, sampler, scored rewards, history, RNGs."""
+        """A checkpoint of where the run stands: weights, optimizer, scored rewards, history, RNGs, and the sampler
+        as it stood after the last trained step's draws (not the draws of a step played ahead: a resumed run
+        plays that step again, and the killed run's episodes of it are discarded from the store)."""
+        sampler = self._drawn.get(self.state.step - 1) or self.sampler.state_dict()
+        for step in [s for s in self._drawn if s < self.state.step - 1]:
+            del self._drawn[step]
         save_checkpoint(self.checkpoints, self.state.step, self.policy.model, self.optimizer,
-                        self.state.checkpoint_extra(self.sampler.state_dict()))
+                        self.state.checkpoint_extra(sampler))

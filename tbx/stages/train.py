@@ -17,6 +17,7 @@ clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/ver
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from pathlib import Path
@@ -52,11 +53,18 @@ def load_manifest(path: str | None) -> PoolManifest:
     return manifest
 
 
-def validate_train(cfg: Config) -> None:
-    """What the native trainer needs beyond the values the schema checks (tbx/config/values.py)."""
+def validate_train(cfg: Config, finetune: str = "full") -> None:
+    """What the native trainer needs beyond the values the schema checks (tbx/config/values.py); `finetune` is
+    the pool manifest's."""
     if cfg.model.kind != "vllm":
         raise ConfigError("conf/model", "model.kind", f"is {cfg.model.kind}: the native trainer updates a model "
                           "whose weights it can send to its rollout server", "use a model with kind: vllm")
+    if cfg.grpo.max_staleness and finetune == "lora":
+        # each sync loads the new adapter under a new name and unloads the old one, which episodes still
+        # playing would name
+        raise ConfigError(cfg.train.pool, "finetune", "is lora, but the native trainer plays ahead "
+                          f"(grpo.max_staleness={cfg.grpo.max_staleness}) with full-parameter weights only",
+                          "give grpo.max_staleness=0 for a LoRA pool, or train it with grpo.trainer=verl")
 
 
 pool_tasks = manifest_tasks
@@ -65,27 +73,40 @@ pool_tasks = manifest_tasks
 async def _train(cfg: Config, recipe: NativeRecipe, world: EpisodeWorld, store, sink) -> None:
     """The recipe's steps from where the run stands: each step's episodes played in `world` by the trained
     policy and stored, the step's metrics logged, plotted (`curves.png` beside the checkpoints) and printed,
-    and a checkpoint when one is due."""
-    for step in range(recipe.state.step, cfg.grpo.steps):
-        bar = tqdm(total=cfg.grpo.groups_per_step * cfg.grpo.group_size, desc=f"train step {step + 1}/"
-                   f"{cfg.grpo.steps}", unit="ep", file=sys.stderr, mininterval=2.0, dynamic_ncols=True)
+    and a checkpoint when one is due. A step's progress bar opens when its first episode starts (with
+    grpo.max_staleness >= 1, while the step before it is updating)."""
+    bars: dict[int, tqdm] = {}
 
-        async def play(task_id: str, attempt: int, step: int, bar: tqdm = bar) -> PlayedEpisode:
-            seed = training_seed(cfg.seed, task_id, step, attempt)  # a re-run is another attempt: its own seed
-            traced = recipe.policy.traced()
-            result = await run_episode(world, task_id, traced, attempt, seed)
-            store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
-            bar.total = max(bar.total, bar.n + 1)  # replacement groups and re-runs add episodes
-            bar.update(1)
-            return PlayedEpisode(result, traced.turns)
+    def bar_of(step: int) -> tqdm:
+        if step not in bars:
+            bars[step] = tqdm(total=cfg.grpo.groups_per_step * cfg.grpo.group_size, desc=f"train step {step + 1}/"
+                              f"{cfg.grpo.steps}", unit="ep", file=sys.stderr, mininterval=2.0, dynamic_ncols=True)
+        return bars[step]
 
-        metrics = await recipe.step(step, play, say=bar.set_postfix_str)
-        bar.close()
+    async def play(task_id: str, attempt: int, step: int) -> PlayedEpisode:
+        seed = training_seed(cfg.seed, task_id, step, attempt)  # a re-run is another attempt: its own seed
+        traced = recipe.policy.traced()
+        result = await run_episode(world, task_id, traced, attempt, seed)
+        store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
+        bar = bar_of(step)
+        bar.total = max(bar.total, bar.n + 1)  # replacement groups and re-runs add episodes
+        bar.update(1)
+        return PlayedEpisode(result, traced.turns)
+
+    async def done(step: int, metrics: dict[str, Any]) -> None:
+        bar_of(step).close()
+        bars.pop(step)
         sink.log(metrics, step=step + 1)
         training_curves_figure(recipe.state.history, recipe.checkpoints.parent / "curves.png")
         _print_metrics(metrics)
         if recipe.save_due(step):
-            recipe.save()
+            await asyncio.to_thread(recipe.save)  # episodes played ahead go on meanwhile
+
+    try:
+        await recipe.train(play, done, say=lambda step, text: bar_of(step).set_postfix_str(text))
+    finally:
+        for bar in bars.values():
+            bar.close()
     await world.aclose()
 
 
@@ -100,7 +121,7 @@ def run_train(cfg: Config) -> TrainResult:
     manifest = load_manifest(cfg.train.pool)
     if cfg.grpo.trainer == "verl":
         return _train_with_verl(cfg, manifest)
-    validate_train(cfg)
+    validate_train(cfg, manifest.finetune)
     tasks = pool_tasks(manifest)
     run_dir = resolve_run_dir(cfg)
     store = open_store(cfg.store.url, run_dir, run_identity(cfg, tasks), "train", cfg.store.timeout_s)

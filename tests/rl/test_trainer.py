@@ -47,10 +47,11 @@ def test_samples_are_the_turns_each_episode_carries():
                                                                                                 [second]))),),
                       stats=SamplerStats(*[0] * 4, 0.0, *[0] * 6), discarded=())
     policy = Checked()
-    samples = step_samples(batch, policy, norm_by_std=False)
+    samples, staleness = step_samples(batch, policy, norm_by_std=False)
     assert [(s.prompt_ids, s.completion_ids, s.advantage) for s in samples] == [([1, 2], [3, 4], 0.5),
                                                                               ([1, 2, 3, 4, 9], [5], -0.5)]
     assert policy.checked == [[first], [second]]  # a turn without completion tokens is not a sample
+    assert staleness is None  # synchronous: a turn of other weights is refused, not dropped
 
 
 class Recording(Agent):
@@ -96,5 +97,5 @@ def test_playing_a_step_leaves_the_model_alone():
     assert sorted(calls) == [("t", 0, 3), ("t", 1, 3)] and [g.rewards for g in batch.groups] == [(1.0, 0.0)]
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert recipe.state == TrainState()
-    samples, update = asyncio.run(recipe.update(3, batch))  # no turn sampled tokens: nothing to train on
-    assert samples == [] and update is None and recipe.state.scored == [1.0, 0.0]
+    updated = asyncio.run(recipe.update(3, batch))  # no turn sampled tokens: nothing to train on
+    assert updated.samples == [] and updated.result is None and recipe.state.scored == [1.0, 0.0]
