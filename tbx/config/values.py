@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from tbx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from tbx.config import Config, EndpointConfig
+    from tbx.config import Config, EndpointConfig, FaultsConfig
 
 CONFIG = "conf/config.yaml"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")  # bind addresses that need no bearer token (serve, view)
@@ -221,7 +221,30 @@ def check_bands(cfg: Config) -> None:
         raise fail(cfg, "pool.keep_ranges", exc.problem, exc.fix) from None
 
 
-_EPISODE_CHECKS = (check_episode_limits, check_episode_timeouts)
+FAULT_SITES = ("tool", "db", "user", "judge")  # where tbx/episodes/faults.py injects failures
+
+
+def validate_faults(faults: FaultsConfig, call_timeout_s: float) -> None:
+    """Injected faults' rates are shares in [0, 1]; a hang needs a finite per-call limit to end. Checked when
+    the config is composed (`check_faults`) and when an episode world is built from hand-made settings."""
+    source = f"conf/faults/{faults.name}.yaml"
+    for key in (*FAULT_SITES, "hang"):
+        value = getattr(faults, key)
+        if not 0.0 <= value <= 1.0:
+            raise ConfigError(source, f"faults.{key}", f"is {value}", "give a share between 0 and 1")
+    if not call_timeout_s > 0:
+        raise ConfigError("conf/config.yaml", "eval.call_timeout_s", f"is {call_timeout_s}",
+                          "give a limit in seconds > 0 (a hung call must end)")
+    if faults.hang_s is not None and not faults.hang_s > 0:
+        raise ConfigError(source, "faults.hang_s", f"is {faults.hang_s}",
+                          "give seconds > 0, or null to hang until eval.call_timeout_s")
+
+
+def check_faults(cfg: Config) -> None:
+    validate_faults(cfg.faults, cfg.eval.call_timeout_s)
+
+
+_EPISODE_CHECKS = (check_episode_limits, check_episode_timeouts, check_faults)
 # Each stage's own checks of the values it uses, by stage name (a stage of tbx/runs/stages.py, which checks
 # the names; a stage not named here has none): the config is below the stages, so it names them, never imports them.
 STAGE_CHECKS: dict[str, tuple] = {
@@ -231,6 +254,6 @@ STAGE_CHECKS: dict[str, tuple] = {
     "probe": (*_EPISODE_CHECKS, check_probe, check_bands),
     "select": (check_bands,),
     "view": (check_view,),
-    "train": (check_episode_timeouts, check_grpo),
+    "train": (check_episode_timeouts, check_faults, check_grpo),
     "pipeline": (*_EPISODE_CHECKS, check_probe, check_grpo, check_pipeline, check_bands),
 }

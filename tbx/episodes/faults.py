@@ -26,33 +26,19 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from tbx.config import FaultsConfig
-from tbx.errors import ConfigError, InfraError
+from tbx.config.values import FAULT_SITES
+from tbx.errors import InfraError
 from tbx.grading.judge import Judge, JudgeVerdict
 from tbx.messages import Message
 from tbx.process.waits import bounded
 from tbx.tasks.model import JudgeRule
 from tbx.users.base import Opening, UserSession, UserTurn
 
-SITES = ("tool", "db", "user", "judge")
+SITES = FAULT_SITES
 SITE_OUTCOMES = {"tool": "infra_error", "db": "infra_error", "user": "user_sim_error", "judge": "verifier_error"}
 
 class InjectedFault(ConnectionError):
     """Raised by an injected failure (a connection-like error, as a real client would raise)."""
-
-
-def validate_faults(cfg: FaultsConfig, call_timeout_s: float) -> None:
-    """Rates are shares in [0, 1]; a hang needs a finite per-call limit to end."""
-    source = f"conf/faults/{cfg.name}.yaml"
-    for key in (*SITES, "hang"):
-        value = getattr(cfg, key)
-        if not 0.0 <= value <= 1.0:
-            raise ConfigError(source, f"faults.{key}", f"is {value}", "give a share between 0 and 1")
-    if not call_timeout_s > 0:
-        raise ConfigError("conf/config.yaml", "eval.call_timeout_s", f"is {call_timeout_s}",
-                          "give a limit in seconds > 0 (a hung call must end)")
-    if cfg.hang_s is not None and not cfg.hang_s > 0:
-        raise ConfigError(source, "faults.hang_s", f"is {cfg.hang_s}",
-                          "give seconds > 0, or null to hang until eval.call_timeout_s")
 
 
 def _uniforms(seed: int, episode_seed: int, site: str, index: int) -> tuple[float, float]:

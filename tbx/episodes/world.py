@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tbx.config import FaultsConfig
-from tbx.episodes.faults import validate_faults
+from tbx.config.values import validate_faults
 from tbx.episodes.limits import EpisodeLimits
 from tbx.episodes.state import Runtime
 from tbx.grading.judge import Judge
