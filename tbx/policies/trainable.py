@@ -49,12 +49,12 @@ class TrainablePolicy(VLLMPolicy):
         # asynchronous GRPO (grpo.max_staleness >= 1) plays while it updates: a turn may come from any weights
         # this policy served; which of them a step trains on is the trainer's rule (tbx/rl/staleness.py)
         self.max_staleness = max_staleness
-        self._served_versions = {self.weights_version}
+        self.served_versions = [self.weights_version]  # oldest first; the last is the one served now
 
     def accepts_versions(self, versions: tuple[str, ...]) -> bool:
         if self.max_staleness == 0:
             return super().accepts_versions(versions)
-        return set(versions) <= self._served_versions
+        return set(versions) <= set(self.served_versions)
 
     @property
     def pad_id(self) -> int:
@@ -71,7 +71,9 @@ class TrainablePolicy(VLLMPolicy):
     def sync_weights(self, step: int) -> float:
         """Send the module's current weights to the server as version `<run>:step_<step>`; seconds taken."""
         version = f"{self.run_name}:step_{step}"
-        self._served_versions.add(version)  # before the swap: a turn queued during it answers with this version
+        if self.served_versions[-1] != version:  # a resumed run re-syncs the step it serves
+            # before the swap: a turn queued during it answers with this version
+            self.served_versions.append(version)
         folder = self.weights_dir / f"step_{step}"
         staging = self.weights_dir / f".step_{step}.partial"
         shutil.rmtree(staging, ignore_errors=True)

@@ -1,28 +1,29 @@
 """Bounded staleness for asynchronous GRPO (`grpo.max_staleness`): how old a turn's weights are, which
 turns a step may train on, and how busy the sampler and the trainer were.
 
-A turn's staleness is the number of weight updates between the weights that sampled it and the weights
-the step trains: the trainer at step k holds version k (`<run>:step_k`, the base model being version 0),
-and a turn sampled by version v is k - v versions old. A step trains on turns at most `max_staleness`
-versions old; older ones are dropped and counted (`stale_turns_dropped`), never trained on. A turn that
-a weight swap fell into (vLLM pauses generation for a swap, so this only happens across a pause) counts
-as old as its oldest weights.
+A turn's staleness is the number of weight syncs between the weights that sampled it and the weights the
+step trains: the trained policy lists the versions it has served, oldest first (the base model's label,
+then one per sync; a step with no update syncs nothing), and a turn sampled by the i-th of n versions is
+n - 1 - i syncs old. A step trains on turns at most `max_staleness` syncs old; older ones, and turns of a
+version the policy never served (a label left by a failed reload, another run's), are dropped and counted
+(`stale_turns_dropped`), never trained on. A turn that a swap fell into (vLLM pauses generation for a swap,
+so this only happens across a pause) counts as old as its oldest weights. A turn without a version label
+cannot be placed and is refused: the server tbx starts labels every turn.
 
 The busy clock measures what asynchronous play is for: the seconds in which at least one episode was
-being played (the inference server had work) and the seconds in which the trainer was updating, over the
-same wall-clock span; their idle fractions are what the overlap removes (docs/training.md).
+being played (the inference server had work) within a step's span on the trainer.
 """
 
 from __future__ import annotations
 
-import re
+import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
-_STEP = re.compile(r":step_(\d+)$")
+from tbx.errors import InfraError
 
 
 class VersionedTurn(Protocol):
@@ -33,18 +34,15 @@ class VersionedTurn(Protocol):
 T = TypeVar("T", bound="VersionedTurn")
 
 
-def version_step(version: str) -> int:
-    """The training step whose weights a version label names (`<run>:step_N` -> N); the base model's
-    label (anything without a step) -> 0."""
-    match = _STEP.search(version)
-    return int(match.group(1)) if match else 0
-
-
-def turn_staleness(turn: VersionedTurn, current_step: int) -> int:
-    """Versions between the oldest weights that sampled `turn` and the trained weights (`current_step`)."""
+def turn_staleness(turn: VersionedTurn, served: Sequence[str]) -> float:
+    """Syncs between the oldest weights that sampled `turn` and the last of `served` (the versions the policy
+    served, oldest first); infinite for a version it never served."""
     if not turn.weight_versions:
-        return 0  # a turn with no label was sampled by the only weights the server had
-    return current_step - min(version_step(v) for v in turn.weight_versions)
+        raise InfraError("a sampled turn carries no weight version, so its age is unknown; asynchronous "
+                         "training (grpo.max_staleness >= 1) needs the server to label every turn")
+    position = {version: index for index, version in enumerate(served)}
+    ages = [len(served) - 1 - position[v] if v in position else math.inf for v in turn.weight_versions]
+    return max(ages)
 
 
 @dataclass(frozen=True)
@@ -63,20 +61,21 @@ class StalenessStats:
                    "stale_episodes_dropped": float(self.dropped_episodes)})
 
 
-def fresh_turns(episodes: Sequence[Sequence[T]], current_step: int,
-                                  max_staleness: int) -> tuple[list[list[T]], StalenessStats]:
-    """Each episode's turns that are at most `max_staleness` versions old (in order), and the counts."""
+def fresh_turns(episodes: Sequence[Sequence[T]], served: Sequence[str],
+                max_staleness: int) -> tuple[list[list[T]], StalenessStats]:
+    """Each episode's turns that are at most `max_staleness` syncs old (in order), and the counts; `served`
+    lists the versions the trained policy served, oldest first (the last is the one the step trains)."""
     kept: list[list[T]] = []
     ages: Counter[int] = Counter()
     dropped = dropped_episodes = 0
     for turns in episodes:
         fresh = []
         for turn in turns:
-            age = turn_staleness(turn, current_step)
+            age = turn_staleness(turn, served)
             if age > max_staleness:
                 dropped += 1
             else:
-                ages[age] += 1
+                ages[int(age)] += 1
                 fresh.append(turn)
         dropped_episodes += bool(turns) and not fresh
         kept.append(fresh)
@@ -104,5 +103,9 @@ class BusyClock:
 
     def busy_between(self, begin: float, end: float) -> float:
         """The busy seconds that fall within [begin, end] (a span still open counts up to `end`)."""
-        spans: Iterable[tuple[float, float]] = self._spans + ([(self._since, end)] if self._open else [])
+        spans = self._spans + ([(self._since, end)] if self._open else [])
         return sum(max(0.0, min(stop, end) - max(start, begin)) for start, stop in spans)
+
+    def forget_before(self, moment: float) -> None:
+        """Drop the closed spans that ended before `moment` (no later question reaches back past it)."""
+        self._spans = [span for span in self._spans if span[1] >= moment]

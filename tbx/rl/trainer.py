@@ -49,6 +49,7 @@ class TrainedPolicy(Protocol):
 
     model: Any  # the torch module being trained
     sync_seconds: list[float]
+    served_versions: list[str]  # the weight versions it served, oldest first (asynchronous GRPO's clock)
 
     @property
     def pad_id(self) -> int: ...
@@ -81,12 +82,14 @@ PlayEpisode = Callable[[str, int, int], Awaitable[PlayedEpisode]]  # (task id, a
 
 
 def step_samples(batch: StepBatch, policy: TrainedPolicy, norm_by_std: bool,
-                 staleness: tuple[int, int] | None = None) -> tuple[list[TurnSample], StalenessStats | None]:
+                 staleness: tuple[Sequence[str], int] | None = None) -> tuple[list[TurnSample], StalenessStats | None]:
     """One sample per assistant turn of every trained episode, with its group-centred advantage.
 
     Synchronous (`staleness` None): raises `StaleSamplesError` when a turn was sampled by other weights than the
-    ones being trained. Asynchronous (`staleness` = (the trained step, grpo.max_staleness)): turns older than
-    the bound are dropped, and the counts come back with the samples."""
+    ones being trained. Asynchronous (`staleness` = (the versions the policy served, oldest first; and
+    grpo.max_staleness)): turns older than the bound are dropped, and the counts come back with the samples.
+    The group advantages are the whole groups' either way: an episode whose turns were all dropped still
+    counts in its group's baseline."""
     import torch
 
     episodes = [episode for group in batch.groups for episode in group.episodes]
@@ -200,12 +203,12 @@ class NativeRecipe:
         """The step's samples, one GRPO update on them and the new weights sent to the server (none when no
         group had a sample); the trained rewards join the run's. `say` hears what it is doing."""
         cfg, policy, started = self.cfg, self.policy, time.perf_counter()
-        bound = (step, cfg.grpo.max_staleness) if cfg.grpo.max_staleness else None
+        bound = (list(policy.served_versions), cfg.grpo.max_staleness) if cfg.grpo.max_staleness else None
         samples, staleness = step_samples(batch, policy, cfg.grpo.norm_adv_by_std, bound)
         for group in batch.groups:
             self.state.scored.extend(e.reward for e in group.episodes)
         if not samples:
-            return Updated(samples, None, staleness)
+            return Updated(samples, None, staleness, time.perf_counter() - started)
         settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
                                 loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
         update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
@@ -225,6 +228,7 @@ class NativeRecipe:
         metrics = step_metrics(self.cfg, step, batch, updated.samples, updated.result, self.state.scored, seconds,
                                self.policy)
         busy = self.rollouts.busy_between(*span)
+        self.rollouts.forget_before(span[1])  # the next step's span starts later
         metrics |= {"train/update_seconds": updated.seconds,
                     "train/trainer_idle_fraction": waited / seconds if seconds > 0 else 0.0,
                     "train/rollout_idle_fraction": 1.0 - busy / seconds if seconds > 0 else 0.0}
@@ -274,12 +278,28 @@ class NativeRecipe:
         """Whether a checkpoint follows step `step` (every `grpo.save_every` steps, and the last)."""
         return (step + 1) % self.cfg.grpo.save_every == 0 or step + 1 == self.cfg.grpo.steps
 
-    def save(self) -> None:
-        """A checkpoint of where the run stands: weights, optimizer, scored rewards, history, RNGs, and the sampler
-        as it stood after the last trained step's draws (not the draws of a step played ahead: a resumed run
-        plays that step again, and the killed run's episodes of it are discarded from the store)."""
-        sampler = self._drawn.get(self.state.step - 1) or self.sampler.state_dict()
+    def snapshot(self) -> tuple[int, dict[str, Any]]:
+        """What a checkpoint of where the run stands keeps besides the weights, optimizer and generators, taken in
+        the event loop's thread: the scored rewards, the history, and the sampler as it stood after the last
+        trained step's draws (not the draws of a step played ahead: a resumed run plays that step again, and the
+        killed run's tries of it are discarded from the store)."""
+        drawn = self._drawn.get(self.state.step - 1)
+        if drawn is None:
+            if self.cfg.grpo.max_staleness:
+                raise RuntimeError(f"no sampler state was kept for step {self.state.step}: a checkpoint would "
+                                   "hold the draws of the step played ahead")
+            drawn = self.sampler.state_dict()  # synchronous: nothing has drawn since
         for step in [s for s in self._drawn if s < self.state.step - 1]:
             del self._drawn[step]
-        save_checkpoint(self.checkpoints, self.state.step, self.policy.model, self.optimizer,
-                        self.state.checkpoint_extra(sampler))
+        extra = self.state.checkpoint_extra(drawn)
+        return self.state.step, dict(extra, scored=list(extra["scored"]), history=list(extra["history"]))
+
+    def write(self, snapshot: tuple[int, dict[str, Any]]) -> None:
+        """Write a `snapshot()` with the weights, optimizer and generators (a thread may do it while episodes
+        played ahead go on: the model changes only in the next update, which waits for this)."""
+        step, extra = snapshot
+        save_checkpoint(self.checkpoints, step, self.policy.model, self.optimizer, extra)
+
+    def save(self) -> None:
+        """A checkpoint of where the run stands (`snapshot`, then `write`)."""
+        self.write(self.snapshot())

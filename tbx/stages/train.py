@@ -53,7 +53,7 @@ def load_manifest(path: str | None) -> PoolManifest:
     return manifest
 
 
-def validate_train(cfg: Config, finetune: str = "full") -> None:
+def validate_train(cfg: Config, finetune: str) -> None:
     """What the native trainer needs beyond the values the schema checks (tbx/config/values.py); `finetune` is
     the pool manifest's."""
     if cfg.model.kind != "vllm":
@@ -64,7 +64,7 @@ def validate_train(cfg: Config, finetune: str = "full") -> None:
         # playing would name
         raise ConfigError(cfg.train.pool, "finetune", "is lora, but the native trainer plays ahead "
                           f"(grpo.max_staleness={cfg.grpo.max_staleness}) with full-parameter weights only",
-                          "give grpo.max_staleness=0 for a LoRA pool, or train it with grpo.trainer=verl")
+                          "give grpo.max_staleness=0 for a LoRA pool")
 
 
 pool_tasks = manifest_tasks
@@ -84,11 +84,11 @@ async def _train(cfg: Config, recipe: NativeRecipe, world: EpisodeWorld, store, 
         return bars[step]
 
     async def play(task_id: str, attempt: int, step: int) -> PlayedEpisode:
+        bar = bar_of(step)
         seed = training_seed(cfg.seed, task_id, step, attempt)  # a re-run is another attempt: its own seed
         traced = recipe.policy.traced()
         result = await run_episode(world, task_id, traced, attempt, seed)
         store.append(as_training_attempt(result, step), episode_cost(cfg, result.usage))
-        bar = bar_of(step)
         bar.total = max(bar.total, bar.n + 1)  # replacement groups and re-runs add episodes
         bar.update(1)
         return PlayedEpisode(result, traced.turns)
@@ -99,8 +99,10 @@ async def _train(cfg: Config, recipe: NativeRecipe, world: EpisodeWorld, store, 
         sink.log(metrics, step=step + 1)
         training_curves_figure(recipe.state.history, recipe.checkpoints.parent / "curves.png")
         _print_metrics(metrics)
-        if recipe.save_due(step):
-            await asyncio.to_thread(recipe.save)  # episodes played ahead go on meanwhile
+        if recipe.save_due(step) and cfg.grpo.max_staleness:
+            await asyncio.to_thread(recipe.write, recipe.snapshot())  # episodes played ahead go on meanwhile
+        elif recipe.save_due(step):
+            recipe.save()
 
     try:
         await recipe.train(play, done, say=lambda step, text: bar_of(step).set_postfix_str(text))

@@ -255,8 +255,9 @@ class VLLMServer:
         weights is dropped, and responses from then on carry `version`. Returns the seconds taken.
         """
         started = time.perf_counter()
-        self._call("POST", "/pause", params={"mode": "wait"})
         try:
+            # a pause that fails half way still gets its resume: generation never stays stopped
+            self._call("POST", "/pause", params={"mode": "wait"})
             # until the reload has finished, the label says so: a reload cut off half way (a killed
             # process, a disk error) never leaves mixed weights under the old or the new label
             self.label_weights(f"reloading:{version}")

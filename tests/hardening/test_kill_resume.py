@@ -81,13 +81,15 @@ def test_training_killed_at_random_points_takes_the_identical_next_steps(context
 
 
 @pytest.mark.vllm
-def test_asynchronous_training_killed_at_random_points_stores_each_try_once_and_trains_each_step_once(
+def test_asynchronous_training_killed_at_random_points_stores_each_try_once_and_resumes_every_step(
         context, tmp_path, tiny_vllm):
     """grpo.max_staleness=1: kills land in updates while the next step's groups are playing. Which weights sample
     a turn then depends on timing, so verdicts may differ from the uninterrupted run's; what may not differ is
-    which tries exist (no replacement groups here, so the draws do not depend on verdicts): each stored once,
-    none lost, and each step trained once."""
-    case = train_case(tmp_path, 4, 4, tiny_vllm, "grpo.max_staleness=1", "grpo.max_replacements=0")
+    which tries exist (no replacement groups and no error re-runs here, so the draws do not depend on verdicts):
+    each stored once, none lost, and the run ends with every step trained in order. That a step played ahead is
+    replayed with the same tries after a resume is tests/rl/test_async.py's."""
+    case = train_case(tmp_path, 4, 4, tiny_vllm, "grpo.max_staleness=1", "grpo.max_replacements=0",
+                      "grpo.max_error_reruns=0")
     log = clean_and_killed(context, case, tmp_path, seed=4)
     assert log.kills == 4 and log.checkpoint_kills == 2, log
     clean, killed = (stored_rows(tmp_path / f"train-{k}") for k in ("clean", "killed"))
