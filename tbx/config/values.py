@@ -150,7 +150,8 @@ def check_grpo(cfg: Config) -> None:
     if cfg.grpo.max_staleness < 0:
         raise fail(cfg, "grpo.max_staleness", f"is {cfg.grpo.max_staleness}",
                    "give 0 (synchronous) or the number of weight versions a trained turn may lag (e.g. 1)")
-    if cfg.grpo.max_staleness > 0:
+    # verl: its asynchronous V1 trainer (tbx/verl_bridge/async_overrides.py)
+    if cfg.grpo.max_staleness > 0 and cfg.grpo.trainer != "verl":
         raise fail(cfg, "grpo.max_staleness", f"is {cfg.grpo.max_staleness}, but asynchronous training is not "
                    "built yet", "give grpo.max_staleness=0")
 
@@ -161,9 +162,6 @@ def check_is_threshold(cfg: Config) -> None:
     if not threshold > 1.0:
         raise fail(cfg, key, f"is {threshold}; a cap at or below 1 down-weights every token the trainer finds at "
                    "least as likely as the sampler did", f"give {key} > 1 (verl's default 2.0), or null (off)")
-    if cfg.grpo.trainer == "verl":
-        raise fail(cfg, key, "is set, but the verl bridge does not pass it to verl yet",
-                   f"give {key}=null with grpo.trainer=verl, or train with grpo.trainer=native")
     if cfg.model.temperature != 1.0:
         raise fail(cfg, key, f"is set, but model.temperature is {cfg.model.temperature}; vLLM's log-probs are the "
                    "raw (temperature 1) ones, so the weight would compare two distributions",
