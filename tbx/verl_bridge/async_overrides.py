@@ -42,9 +42,13 @@ from __future__ import annotations
 from typing import Any
 
 from tbx.config import GrpoConfig
+from tbx.verl_bridge.cpu import PLATFORM_MODULE
 
 ASYNC_TRAINER_MODE = "colocate_async"  # verl's V1 trainer with trainer and rollout on the same GPUs
 ASYNC_SAMPLER_NAME = "TbxAsyncReplayBuffer"  # in tbx.verl_bridge.sampler, beside the synchronous one
+# verl imports these modules in each of its processes (a list; the CPU platform's is first on CPU)
+EXTERNAL_MODULES_KEY = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"
+PAUSE_MODULE = "tbx.verl_bridge.vllm_pause"  # verl's abort at a weight sync, on vLLM 0.32
 STALE_STRATEGY = "drop"  # verl drops a group past the threshold (the other strategy, wait, stalls the step)
 
 
@@ -82,6 +86,15 @@ def correction_overrides(grpo: GrpoConfig) -> list[tuple[str, Any]]:
 def off_policy_overrides(grpo: GrpoConfig) -> list[tuple[str, Any]]:
     """Both deltas, in the order they are applied to the synchronous recipe."""
     return async_overrides(grpo) + correction_overrides(grpo)
+
+
+def external_modules(grpo: GrpoConfig, cpu: bool) -> list[tuple[str, Any]]:
+    """The modules verl loads in every process of an asynchronous run: the CPU platform (on CPU) and the
+    shim for verl's pause call on vLLM 0.32 (tbx/verl_bridge/vllm_pause.py); applied after the CPU delta,
+    whose own value it extends."""
+    if grpo.max_staleness <= 0:
+        return []
+    return [(EXTERNAL_MODULES_KEY, ",".join([PLATFORM_MODULE] * cpu + [PAUSE_MODULE]))]
 
 
 def apply_delta(pairs: list[tuple[str, Any]], delta: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
