@@ -46,6 +46,6 @@ T1=$(date +%s)
   trainer.n_gpus_per_node=1 actor_rollout_ref.rollout.nnodes=1 actor_rollout_ref.rollout.n_gpus_per_node=1 \
   actor_rollout_ref.rollout.checkpoint_engine.backend=nccl \
   trainer.default_local_dir="$SEP/checkpoints" trainer.rollout_data_dir="$SEP/rollouts" \
-  +ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH="$SEP/metrics.jsonl" \
+  ++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH="$SEP/metrics.jsonl" \
   2>&1 | tee "$SEP/main_ppo.log")
 echo "verl separate_async on 2 GPUs: $SEP in $(( $(date +%s) - T1 )) s"
