@@ -13,6 +13,10 @@ gradient) and the step goes on. `training/tbx/zero_variance_replaced` logs the c
 Groups with a session that errored after its retries (`status: failure`) are verl's: kept with
 the trajectories they have, or refilled when none is left (`sync_refill_failed_groups`).
 
+With `grpo.max_staleness` >= 1 (verl's asynchronous trainer, tbx/verl_bridge/async_overrides.py) the same bound
+sits on verl's asynchronous sampler (`TbxAsyncReplayBuffer`), whose own rules differ: a group older than
+the staleness threshold, and a group with a failed session, are dropped whole and replaced.
+
 verl hands a custom sampler only its base arguments and `trainer.v1.sampler.sampler_kwargs`, so the
 filter metric, the batch size and the bound come from there (tbx.verl_bridge.overrides writes them).
 """
