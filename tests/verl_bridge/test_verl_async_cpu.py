@@ -7,7 +7,7 @@ of groups is dispatched before step 1, each step trains on the first groups that
 dispatches the next batch; at the end of sampling verl aborts the requests still generating, syncs the
 weights, and resumes them on the new weights (partial rollout), so a step may train on groups one version
 old and on episodes that span two versions. Zero-variance groups are not replaced (`grpo.replace_zero_variance=
-false`), so step 2 trains the older group whatever its verdicts. Not killed (resuming an asynchronous run is another
+false`), so step 2 can train the older group whatever its verdicts. Not killed (resuming an asynchronous run is another
 test's).
 
 It takes about 7 minutes on an idle 2-core machine (docs/training.md, "verl's asynchronous mode") and runs
@@ -31,6 +31,7 @@ import pytest
 pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
 
 from tbx.errors import EXIT_NO_UPDATE
+from tbx.store.training import step_of
 from tbx.verl_bridge.launch import step_metrics, step_times
 from tests.verl_bridge import (
     verl_run as shared,  # the pool, the command and the readers of test_verl_cpu's run
@@ -49,7 +50,7 @@ def async_run(tmp_path_factory, request):
     root = tmp_path_factory.mktemp("verl-async")
     pool = shared.write_pool(root / "pool.json")
     # zero-variance groups stay in the batch (this model rarely solves a task, and a replaced group is never trained
-    # on): the group dispatched for step 1 that did not finish first is then the one step 2 trains on
+    # on): the group dispatched for step 1 that did not finish first can then be the one step 2 trains on
     command = shared.train_command(root, pool) + [f"grpo.max_staleness={STALENESS}", "grpo.replace_zero_variance=false"]
     try:
         done = subprocess.run(command, cwd=shared.ROOT, env=shared.environment(), capture_output=True, text=True,
@@ -79,18 +80,28 @@ def test_the_run_trained_its_steps_on_verls_asynchronous_trainer(async_run):
         assert abs(metrics[step]["training/rollout_probs_diff_mean"]) < 1e-2, metrics[step]
 
 
-def test_step_2_trained_the_older_group_whose_episodes_a_weight_sync_interrupted(async_run):
+def test_staleness_and_interrupted_episodes_agree_with_where_each_trained_group_was_dispatched(async_run):
+    """Step 1 trains the first of the two groups dispatched before it to finish. Step 2 trains the older one when
+    it finishes before the group step 2 dispatched (usually: it had a step's head start; a session re-playing
+    errored tries can hold it back). verl's staleness of what a step trained must match the dispatch step tbx
+    stored its episodes under, and an older group whose requests step 1's sync aborted must contain episodes
+    that span that sync: they went on, on the new weights (partial rollout)."""
     metrics = async_run["metrics"]
     aborted = [int(n) for n in _ABORTED.findall(async_run["log"])]
-    assert aborted and max(aborted) >= 1, aborted  # a sync found requests generating and aborted them
-    for step in range(1, shared.STEPS + 1):  # never older than the bound: verl's own record of each trajectory
+    assert len(aborted) == shared.STEPS and max(aborted) >= 1, aborted  # the syncs aborted requests generating
+    dispatched = defaultdict(set)  # trained step -> the steps its groups were dispatched in (the stored attempts)
+    for sample, row in shared.joined_tries(async_run, max_staleness=STALENESS):
+        dispatched[sample["step"]].add(step_of(row["attempt"]) + 1)
+    for step in range(1, shared.STEPS + 1):
+        lag = {step - d for d in dispatched[step]}
+        assert lag and max(lag) <= STALENESS, (step, dispatched[step])
+        assert metrics[step]["training/off_policy/trajectory_staleness_worst/max"] == max(lag), (step, metrics[step])
         assert metrics[step]["training/off_policy/trajectory_spans/max"] <= STALENESS + 1, metrics[step]
-        assert metrics[step]["training/off_policy/trajectory_staleness_worst/max"] <= STALENESS, metrics[step]
-    # step 1 trains the first of the two groups dispatched before it to finish; step 2 the other, one version old,
-    # whose episodes were still playing at step 1's sync: they went on, on the new weights (partial rollout)
-    last = metrics[shared.STEPS]
-    assert last["training/off_policy/trajectory_staleness_worst/max"] == STALENESS, last
-    assert last["training/off_policy/trajectory_spans/max"] == 2, last
+    stale = max(shared.STEPS - d for d in dispatched[shared.STEPS]) == STALENESS
+    if stale and aborted[0] >= 1:
+        assert metrics[shared.STEPS]["training/off_policy/trajectory_spans/max"] == 2, metrics[shared.STEPS]
+    reporter_note = "older group trained at step 2" if stale else "step 2 trained the group it dispatched"
+    print(f"{reporter_note}; aborted at the syncs: {aborted}")
 
 
 def test_each_episode_is_stored_once_and_trained_on_with_its_stored_verdict(async_run):
