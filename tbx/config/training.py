@@ -65,8 +65,8 @@ class GrpoConfig:
     max_grad_norm: float = 1.0
     # Off-policy correction, native trainer: each token's policy-gradient term times min(exp(old_logp -
     # sampler_logp), this), the truncated importance weight against vLLM's log-probs (TIS,
-    # tbx/rl/correction.py); > 1, typically 2.0; needs model.temperature 1; null: off. verl's counterpart,
-    # algorithm.rollout_correction.rollout_is=token + rollout_is_threshold, is not passed by the bridge yet.
+    # tbx/rl/correction.py); > 1, typically 2.0; needs model.temperature 1; null: off. Under verl:
+    # algorithm.rollout_correction.rollout_is=token + rollout_is_threshold (tbx/verl_bridge/async_overrides.py).
     is_threshold: float | None = None
     # Asynchronous GRPO: a step trains on turns sampled by weights at most this many versions old, while
     # the sampler keeps playing the next steps' groups during the update (docs/training.md); 0: synchronous.

@@ -158,9 +158,6 @@ def check_is_threshold(cfg: Config) -> None:
     if not threshold > 1.0:
         raise fail(cfg, key, f"is {threshold}; a cap at or below 1 down-weights every token the trainer finds at "
                    "least as likely as the sampler did", f"give {key} > 1 (verl's default 2.0), or null (off)")
-    if cfg.grpo.trainer == "verl":
-        raise fail(cfg, key, "is set, but the verl bridge does not pass it to verl yet",
-                   f"give {key}=null with grpo.trainer=verl, or train with grpo.trainer=native")
     if cfg.model.temperature != 1.0:
         raise fail(cfg, key, f"is set, but model.temperature is {cfg.model.temperature}; vLLM's log-probs are the "
                    "raw (temperature 1) ones, so the weight would compare two distributions",

@@ -35,6 +35,7 @@ from typing import Any
 from tbx.config import Config, GrpoConfig, LossAggMode
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
+from tbx.verl_bridge.async_overrides import apply_delta, external_modules, off_policy_overrides
 from tbx.verl_bridge.cpu import RANKS_PER_NODE, cpu_overrides, is_cpu
 
 VERL_VERSION = "0.9.1"  # the one verl release the bridge is written and tested against
@@ -228,9 +229,12 @@ def verl_overrides(cfg: Config, manifest: PoolManifest, plan: TrainPlan | None =
     _require(bool(cfg.model.path), "config", "model.path", "is not set; verl loads a Hugging Face model folder",
              "set model.path=/path/to/model (the same weights the pool was probed with)")
     pairs = _algorithm_and_data(cfg, plan) + _actor_and_model(cfg, plan) + _rollout(cfg, plan) + _trainer(cfg, plan)
+    # asynchronous training and the off-policy correction (tbx/verl_bridge/async_overrides.py); none by default
+    pairs = apply_delta(pairs, off_policy_overrides(plan.grpo))
     hw = plan.hardware
     if hw.cpu:
         pairs += cpu_overrides(hw.cpus_per_node, hw.nodes, hw.ray_cluster, cfg.model.server.kv_cache_gib)
+    pairs = apply_delta(pairs, external_modules(plan.grpo, hw.cpu))
     return [f"{key}={_value(value)}" for key, value in pairs]
 
 

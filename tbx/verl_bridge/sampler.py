@@ -13,6 +13,10 @@ gradient) and the step goes on. `training/tbx/zero_variance_replaced` logs the c
 Groups with a session that errored after its retries (`status: failure`) are verl's: kept with
 the trajectories they have, or refilled when none is left (`sync_refill_failed_groups`).
 
+With `grpo.max_staleness` >= 1 (verl's asynchronous trainer, tbx/verl_bridge/async_overrides.py) the same bound
+sits on verl's asynchronous sampler (`TbxAsyncReplayBuffer`), whose own rules differ: a group older than
+the staleness threshold, and a group with a failed session, are dropped whole and replaced.
+
 verl hands a custom sampler only its base arguments and `trainer.v1.sampler.sampler_kwargs`, so the
 filter metric, the batch size and the bound come from there (tbx.verl_bridge.overrides writes them).
 """
@@ -22,32 +26,34 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer, ReplayBufferAsync
 
 REPLACED_METRIC = "training/tbx/zero_variance_replaced"
 
 
-class TbxReplayBuffer(ReplayBuffer):
-    """verl's sync ReplayBuffer with at most `max_replacements` zero-variance evictions a step."""
+class _BoundedReplacements:
+    """At most `max_replacements` zero-variance evictions a step, over verl's own filter (sync or async)."""
 
-    def __init__(self, *args: Any, sampler_kwargs: Any = None, **kwargs: Any):
+    max_replacements: int
+    replaced: int
+    _dapo_classification_cache: Any
+
+    def _bound(self, sampler_kwargs: Any) -> dict[str, Any]:
         settings = dict(sampler_kwargs or {})
         self.max_replacements = int(settings.get("max_replacements", 0))
         self.replaced = 0
-        super().__init__(*args, sampler_kwargs=sampler_kwargs, filter_groups_metric=settings.get("metric") or None,
-                         train_batch_size=int(settings["train_batch_size"]), gen_batch_size=1,
-                         max_inflight_gen_batches=1, sync_refill_failed_groups=True, **kwargs)
+        return settings
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[Any, dict]:
         self.replaced = 0
-        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)  # type: ignore[misc]
         if partition_id != "val":
             metrics[REPLACED_METRIC] = self.replaced
         return batch, metrics
 
     def _dapo_filtered_keys(self, partition_id: str) -> tuple[set[str], Counter]:
         """verl's zero-variance groups, cut to what is left of this step's replacement budget."""
-        uids, counts = super()._dapo_filtered_keys(partition_id)
+        uids, counts = super()._dapo_filtered_keys(partition_id)  # type: ignore[misc]
         room = max(self.max_replacements - self.replaced, 0)
         if len(uids) > room:
             uids = set(sorted(uids)[:room])
@@ -55,3 +61,25 @@ class TbxReplayBuffer(ReplayBuffer):
             counts = Counter(values[uid] for uid in uids)
         self.replaced += len(uids)
         return uids, counts
+
+
+class TbxReplayBuffer(_BoundedReplacements, ReplayBuffer):
+    """verl's sync ReplayBuffer with at most `max_replacements` zero-variance evictions a step."""
+
+    def __init__(self, *args: Any, sampler_kwargs: Any = None, **kwargs: Any):
+        settings = self._bound(sampler_kwargs)
+        super().__init__(*args, sampler_kwargs=sampler_kwargs, filter_groups_metric=settings.get("metric") or None,
+                         train_batch_size=int(settings["train_batch_size"]), gen_batch_size=1,
+                         max_inflight_gen_batches=1, sync_refill_failed_groups=True, **kwargs)
+
+
+class TbxAsyncReplayBuffer(_BoundedReplacements, ReplayBufferAsync):
+    """verl's asynchronous ReplayBuffer (`grpo.max_staleness` >= 1, tbx/verl_bridge/async_overrides.py) with the
+    same bound. verl's own rules stay: a group older than `max_off_policy_threshold` versions is dropped and
+    replaced, and so is a group with a session that errored after its retries (all of it: the asynchronous
+    sampler never trains a group with a failed session)."""
+
+    def __init__(self, *args: Any, sampler_kwargs: Any = None, **kwargs: Any):
+        settings = self._bound(sampler_kwargs)
+        super().__init__(*args, sampler_kwargs=sampler_kwargs, filter_groups_metric=settings.get("metric") or None,
+                         **kwargs)

@@ -32,6 +32,11 @@ def test_a_bad_max_staleness_names_the_file_the_field_and_the_fix(value):
     assert compose_cfg("stage=train").grpo.max_staleness == 0
 
 
+def test_both_trainers_take_max_staleness_above_0():
+    for trainer in ("native", "verl"):
+        assert compose_cfg("stage=train", f"grpo.trainer={trainer}", "grpo.max_staleness=1").grpo.max_staleness == 1
+
+
 # --- staleness: hand-worked -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class T:

@@ -159,7 +159,7 @@ def test_each_step_logs_the_weights_and_the_mismatch_kl():
 
 @pytest.mark.parametrize(("overrides", "fix"), [
     (["grpo.is_threshold=1.0"], "grpo.is_threshold > 1"),
-    (["grpo.is_threshold=2.0", "grpo.trainer=verl"], "grpo.is_threshold=null with grpo.trainer=verl"),
+    (["grpo.is_threshold=1.5", "grpo.trainer=verl", "model.temperature=0.7"], "model.temperature=1.0"),
     (["grpo.is_threshold=2.0", "model.temperature=0.7"], "model.temperature=1.0"),
 ])
 def test_a_bad_is_threshold_names_the_file_the_field_and_the_fix(overrides, fix):
@@ -168,3 +168,5 @@ def test_a_bad_is_threshold_names_the_file_the_field_and_the_fix(overrides, fix)
     assert (error.value.source, error.value.field) == ("conf/grpo", "grpo.is_threshold")
     assert fix in error.value.fix and "\n" not in str(error.value)
     assert compose_cfg("stage=train", "grpo.is_threshold=2.0").grpo.is_threshold == 2.0
+    # verl applies it too (algorithm.rollout_correction, tbx/verl_bridge/async_overrides.py)
+    assert compose_cfg("stage=train", "grpo.is_threshold=2.0", "grpo.trainer=verl").grpo.is_threshold == 2.0

@@ -355,3 +355,62 @@ def test_a_tool_that_never_returns_ends_a_training_episode_as_an_error(tmp_path)
     finally:
         released.set()
         world.world.backend.close()
+
+
+class _AbortOnceServer:
+    """verl's rollout server as verl's asynchronous client calls it (`generate.remote(...)` → TokenOutput, the
+    weight version in `extra_fields["global_steps"]`), over a scripted server: the episode's first request is
+    aborted halfway by a weight sync (version 0 → 1), and the resubmitted request (prompt + the tokens so far)
+    gets the rest, generated on version 1."""
+
+    def __init__(self, scripted: ScriptedServer):
+        self.scripted, self.version, self.rest, self.resumed_with = scripted, 0, None, None
+        self.generate = self  # verl calls `server.generate.remote(...)`
+
+    async def remote(self, *, request_id: str, prompt_ids: list[int], sampling_params: dict, **_):
+        from verl.workers.rollout.replica import TokenOutput
+
+        if self.rest is not None:  # the resubmission after the sync
+            (partial, rest), self.rest = self.rest, None
+            self.resumed_with = list(prompt_ids)
+            assert prompt_ids[-len(partial):] == partial
+            return TokenOutput(token_ids=rest, log_probs=[-0.5] * len(rest), stop_reason="completed",
+                               extra_fields={"global_steps": self.version})
+        out = await self.scripted.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        if self.version == 0:
+            half = len(out.token_ids) // 2
+            self.rest, self.version = (out.token_ids[:half], out.token_ids[half:]), 1  # the sync happens here
+            return TokenOutput(token_ids=out.token_ids[:half], log_probs=[-0.5] * half, stop_reason="aborted",
+                               extra_fields={"global_steps": 0})
+        return TokenOutput(token_ids=out.token_ids, log_probs=out.log_probs, stop_reason="completed",
+                           extra_fields={"global_steps": self.version})
+
+
+@pytest.mark.verl
+def test_an_episode_interrupted_at_a_weight_sync_resumes_on_the_new_weights_in_one_try(world):
+    """grpo.max_staleness >= 1 (verl's colocate_async): verl aborts the requests in flight at a weight sync and its
+    asynchronous client resubmits each with the tokens so far (partial rollout). The tbx episode sees one
+    generate call: the same token stream as an uninterrupted one, one try, its versions spanning the sync."""
+    pytest.importorskip("verl", reason="verl is not installed: scripts/test.sh runs these in .venv-vllm")
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+    class Client(FullyAsyncLLMServerClient):  # one server, no load balancer actor
+        async def _acquire_server(self, request_id, **extra):
+            return "server-0", self.server
+
+        def _release_server(self, server_id, request_id=None):
+            return None
+
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"name": "vllm", "response_length": 4096,
+                                                                 "full_determinism": True}}})
+    client = Client(config=config)
+    client.server = _AbortOnceServer(oracle_server(world))
+    interrupted = play(world, client, retries=0)
+    plain = play(world, oracle_server(world), retries=0)
+    assert client.server.resumed_with is not None  # the abort happened and the request was resubmitted
+    assert interrupted.result.outcome is Outcome.SUCCESS and not interrupted.error_tries
+    assert (interrupted.trace.response_ids, interrupted.trace.response_mask) == \
+        (plain.trace.response_ids, plain.trace.response_mask)
+    assert interrupted.trace.prompt_ids == plain.trace.prompt_ids
+    assert (interrupted.trace.min_weight_step, interrupted.trace.max_weight_step) == (0, 1)  # spans the sync

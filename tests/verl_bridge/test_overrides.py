@@ -21,6 +21,7 @@ from tbx.config import GrpoConfig as GrpoSettings
 from tbx.errors import ConfigError
 from tbx.records import PoolManifest
 from tbx.verl_bridge import VERL_VERSION, HardwareSettings, plan_training, verl_overrides
+from tbx.verl_bridge.async_overrides import apply_delta, off_policy_threshold
 from tbx.verl_bridge.data import pool_rows, write_bridge_files
 from tbx.verl_bridge.episode import load_config
 from tests.verl_bridge.pools import manifest
@@ -101,13 +102,13 @@ def test_hardware_comes_from_the_hardware_group_and_the_model():
     assert (plan.world_size, plan.episodes_per_gpu, plan.rollout_replicas) == (3, 8, 3)
 
 
-def cpu_overrides_for(nodes: int = 1, executor: str = "debug") -> list[str]:
+def cpu_overrides_for(nodes: int = 1, executor: str = "debug", grpo: GrpoSettings | None = None) -> list[str]:
     """The reference recipe on hardware without GPUs (2 groups x 4 episodes, a CPU-sized step)."""
     cfg = reference_config()
     cfg.hardware.nodes, cfg.hardware.gpus_per_node, cfg.hardware.cpus_per_task = nodes, 0, 2
     cfg.hardware.executor = executor
     pool = manifest()
-    grpo = GrpoSettings(group_size=4, groups_per_step=2)
+    grpo = grpo or GrpoSettings(group_size=4, groups_per_step=2)
     return verl_overrides(cfg, pool, plan_training(pool, RUN_DIR, "train-reference", grpo,
                                                    HardwareSettings.from_config(cfg)))
 
@@ -241,3 +242,75 @@ def test_a_lora_run_on_gpus_names_the_worker_extension_verls_lora_sync_needs():
     lora = dict(line.split("=", 1) for line in (GOLDEN / "reference_lora.yaml").read_text().splitlines()[1:])
     full = dict(line.split("=", 1) for line in (GOLDEN / "reference_full.yaml").read_text().splitlines()[1:])
     assert lora[f"- {key}"] == "tbx.verl_bridge.vllm_ext.LoraSyncExtension" and f"- {key}" not in full
+
+
+# grpo.max_staleness / grpo.is_threshold → verl's asynchronous V1 trainer and its off-policy correction
+# (tbx/verl_bridge/async_overrides.py): the delta against the synchronous recipe, pinned like the CPU delta
+
+_SAMPLER = "trainer.v1.sampler.custom_sampler.name"
+
+
+def delta(sync: list[str], other: list[str]) -> tuple[list[str], set[str]]:
+    """(what `other` adds or changes, in its order; the synchronous lines it replaces)."""
+    return [line for line in other if line not in sync], set(sync) - set(other)
+
+
+def test_max_staleness_0_is_the_synchronous_recipe_bit_for_bit():
+    assert overrides_for("full", GrpoSettings(max_staleness=0)) == overrides_for("full")
+    assert "trainer.v1.trainer_mode=sync" in overrides_for("full")
+
+
+def test_the_asynchronous_delta_is_pinned_and_replaces_only_the_mode_and_the_sampler():
+    sync = overrides_for("full")
+    asynchronous = overrides_for("full", GrpoSettings(max_staleness=1))
+    added, replaced = delta(sync, asynchronous)
+    check_golden("async_delta", added)
+    assert replaced == {"trainer.v1.trainer_mode=sync", f"{_SAMPLER}=TbxReplayBuffer"}  # changed in place
+    assert len(asynchronous) == len(sync) + 4 and len({line.split("=")[0] for line in asynchronous}) == len(asynchronous)
+    # a group dispatched at step g trains at g + s at the latest: verl counts the versions it spans, inclusively
+    two = dict(line.split("=", 1) for line in overrides_for("full", GrpoSettings(max_staleness=2)))
+    assert two["trainer.v1.sampler.max_off_policy_threshold"] == "3" == str(off_policy_threshold(2))
+    assert two["trainer.v1.colocate_async.num_warmup_batches"] == "2"
+    # on CPU the shim for verl's abort at a weight sync joins the CPU platform in the modules verl loads
+    key = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_USE_EXTERNAL_MODULES"
+    cpu = dict(line.split("=", 1) for line in cpu_overrides_for(grpo=GrpoSettings(group_size=4, groups_per_step=2,
+                                                                                  max_staleness=1)))
+    assert cpu[key] == "'tbx.verl_bridge.cpu_platform,tbx.verl_bridge.vllm_pause'"
+    assert dict(line.split("=", 1) for line in cpu_overrides_for())[key] == "tbx.verl_bridge.cpu_platform"
+
+
+def test_is_threshold_maps_to_verls_token_level_truncated_importance_weight():
+    sync = overrides_for("full")
+    corrected = overrides_for("full", GrpoSettings(is_threshold=2.0))
+    added, replaced = delta(sync, corrected)
+    check_golden("correction_delta", added)
+    assert replaced == set()
+    both = overrides_for("full", GrpoSettings(max_staleness=1, is_threshold=2.0))
+    assert set(delta(sync, both)[0]) == set(delta(sync, overrides_for("full", GrpoSettings(max_staleness=1)))[0] + added)
+
+
+def test_apply_delta_replaces_in_place_and_appends_new_keys():
+    assert apply_delta([("a", 1), ("b", 2)], [("c", 3), ("a", 9)]) == [("a", 9), ("b", 2), ("c", 3)]
+    assert apply_delta([("a", 1)], []) == [("a", 1)]
+
+
+@pytest.mark.slow
+@pytest.mark.verl
+def test_the_asynchronous_overrides_compose_with_verls_config_and_load_tbx_samplers():
+    composed = _compose_with_verl(overrides_for("full", GrpoSettings(max_staleness=1, is_threshold=2.0)))
+    v1 = composed.trainer.v1
+    assert v1.trainer_mode == "colocate_async" and v1.colocate_async.num_warmup_batches == 1
+    assert (v1.sampler.max_off_policy_threshold, v1.sampler.max_off_policy_strategy) == (2, "drop")
+    correction = composed.algorithm.rollout_correction
+    assert (correction.rollout_is, correction.rollout_is_threshold, correction.bypass_mode) == ("token", 2.0, False)
+    from verl.trainer.ppo.v1.replay_buffer import ReplayBufferAsync
+    from verl.trainer.ppo.v1.trainer_base import get_trainer_cls
+    from verl.utils.import_utils import load_extern_type
+
+    assert get_trainer_cls(v1.trainer_mode).__name__ == "PPOTrainerColocateAsync"
+    sampler_cls = load_extern_type(v1.sampler.custom_sampler.path, v1.sampler.custom_sampler.name)
+    assert issubclass(sampler_cls, ReplayBufferAsync)
+    sampler = sampler_cls(trainer_mode="colocate_async", trainer_config=v1.colocate_async,
+                          max_off_policy_threshold=2, max_off_policy_strategy="drop",
+                          sampler_kwargs=v1.sampler.sampler_kwargs, refill_fn=lambda n: n)
+    assert (sampler.filter_groups_metric, sampler.max_replacements) == ("acc", 18)

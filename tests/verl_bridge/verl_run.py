@@ -80,9 +80,10 @@ def rollouts(run: Path, padding: bool = False) -> dict[int, list[dict]]:
             for path in (run / "verl" / "rollouts").glob("*.jsonl")}
 
 
-def joined_tries(verl_run) -> list[tuple[dict, dict]]:
+def joined_tries(verl_run, max_staleness: int = 0) -> list[tuple[dict, dict]]:
     """Each trajectory verl trained on, with the stored try that produced it (the try's seed is derived
-    from verl's prompt uid, its session and the try index: tbx.episodes.seeds.rollout_seed)."""
+    from verl's prompt uid, its session and the try index: tbx.episodes.seeds.rollout_seed). A try is
+    stored under the step its group was dispatched in: the trained step, or up to `max_staleness` before."""
     rows = stored_rows(verl_run["run"])
     by_seed = defaultdict(list)
     for row in rows:
@@ -93,7 +94,7 @@ def joined_tries(verl_run) -> list[tuple[dict, dict]]:
             uid, session, _ = sample["uid"].rsplit("_", 2)
             found = [row for t in range(RETRIES + 1)
                      for row in by_seed[(sample["gts"], rollout_seed(uid, int(session), t))]
-                     if step_of(row["attempt"]) == step - 1]
+                     if step - 1 - max_staleness <= step_of(row["attempt"]) <= step - 1]
             assert len(found) >= 1, f"step {step}: no stored try for {sample['uid']} ({sample['gts']})"
             verdicts = [row for row in found if row["outcome"] not in ERRORS]
             assert len(verdicts) == 1, f"step {step}: {len(verdicts)} verdict tries for {sample['uid']}"
