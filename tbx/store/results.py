@@ -308,6 +308,27 @@ class ResultStore:
             self._remember(record)
         return removed
 
+    def discard_seeded(self, task_id: str, seed: int, below: int) -> int:
+        """Delete this run's tries of `task_id`'s attempts numbered below `below` whose first try was played
+        with `seed`; return how many.
+
+        For verl's asynchronous training: a resumed run re-issues the groups that were in flight at its
+        checkpoint under the resumed step, with the same prompt uid, so the same seed; the tries a killed
+        process stored for them under their first dispatch step were never trained on and would otherwise
+        sit beside their replays (`tbx.verl_bridge.recorder`).
+        """
+        mine = (attempts.c.run_id == self.run_id) & (attempts.c.task_id == task_id)
+        firsts = self._read(mine & (attempts.c.attempt < below) & (attempts.c.try_index == 0))
+        doomed = sorted({r.attempt for r in firsts if r.seed == seed})
+        if not doomed:
+            return 0
+        with self.engine.begin() as conn:
+            removed = conn.execute(attempts.delete().where(mine & attempts.c.attempt.in_(doomed))).rowcount
+        for attempt in doomed:
+            self._tries.pop((task_id, attempt), None)
+        self.records = [r for r in self.records if not (r.task_id == task_id and r.attempt in doomed)]
+        return removed
+
     def final_records(self) -> list[StoredTry]:
         """The last try of every attempt, in task/attempt order."""
         return [tries[-1] for _, tries in sorted(self._tries.items())]

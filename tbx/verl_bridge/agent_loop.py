@@ -41,6 +41,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput
 
+from tbx.episodes.seeds import rollout_seed
 from tbx.errors import ConfigError
 from tbx.verl_bridge.episode import TrainingEpisode, WorkerWorld, run_training_episode, world_for
 from tbx.verl_bridge.recorder import EpisodeRecorder
@@ -54,7 +55,7 @@ class TbxEpisodeLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, tbx_config_path: str | None = None, max_error_retries: int = 2,
                  prompt_style: str = "tbx", stop_after_tool_call: bool = True, max_new_tokens: int | None = None,
-                 run_dir: str | None = None, run_id: str | None = None, **kwargs: Any):
+                 run_dir: str | None = None, run_id: str | None = None, resumed_after_step: int = 0, **kwargs: Any):
         super().__init__(*args, **kwargs)
         for name, value in (("tbx_config_path", tbx_config_path), ("run_dir", run_dir), ("run_id", run_id)):
             if not value:
@@ -64,6 +65,7 @@ class TbxEpisodeLoop(AgentLoopBase):
         self.run_dir, self.run_id = str(run_dir), str(run_id)
         self.prompt_style, self.stop_after_tool_call = prompt_style, stop_after_tool_call
         self.max_new_tokens = max_new_tokens
+        self.resumed_after_step = int(resumed_after_step)
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         world = world_for(self.tbx_config_path)
@@ -85,7 +87,9 @@ class TbxEpisodeLoop(AgentLoopBase):
         uid = str(kwargs.get("uid", f"{kwargs.get('index', 0)}-{uuid.uuid4().hex}"))
         session = int(kwargs.get("session_id", 0))
         recorder = self._recorder(world)
-        stored = recorder.claim_slot(str(task_id), int(kwargs.get("global_steps", 1)) - 1, session)
+        step = int(kwargs.get("global_steps", 1)) - 1
+        recorder.discard_interrupted(str(task_id), step, rollout_seed(uid, session, 0))  # a re-issued session
+        stored = recorder.claim_slot(str(task_id), step, session)
         try:
             episode = await run_training_episode(world, str(task_id), make_agent, uid=uid, attempt=session,
                                                  max_error_retries=self.max_error_retries, stored_attempt=stored,
@@ -98,14 +102,15 @@ class TbxEpisodeLoop(AgentLoopBase):
 
     def _recorder(self, world: WorkerWorld) -> EpisodeRecorder:
         """This process's store writer for the run (one per process, as the world)."""
-        key = (self.run_dir, self.run_id)
+        key = (self.run_dir, self.run_id, self.resumed_after_step)
         if key not in _RECORDERS:
             _RECORDERS[key] = EpisodeRecorder.open(world.cfg, self.run_dir, self.run_id,
-                                                   int(self.rollout_config.n), self.max_error_retries)
+                                                   int(self.rollout_config.n), self.max_error_retries,
+                                                   self.resumed_after_step)
         return _RECORDERS[key]
 
 
-_RECORDERS: dict[tuple[str, str], EpisodeRecorder] = {}
+_RECORDERS: dict[tuple[str, str, int], EpisodeRecorder] = {}
 
 
 def episode_output(episode: TrainingEpisode) -> AgentLoopOutput:

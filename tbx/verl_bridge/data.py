@@ -51,11 +51,13 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
-def write_bridge_files(cfg: Config, manifest: PoolManifest, plan: TrainPlan, prompt_style: str = "tbx") -> None:
+def write_bridge_files(cfg: Config, manifest: PoolManifest, plan: TrainPlan, prompt_style: str = "tbx",
+                       resumed_after_step: int = 0) -> None:
     """Rows, agent-loop YAML, resolved tbx config and manifest copy, where `plan.paths` says."""
     paths = plan.paths
     write_rows(pool_rows(manifest), Path(paths.train_file))
-    Path(paths.agent_loop_config).write_text(omegaconf_yaml(agent_loop_entries(plan, prompt_style)))
+    entries = agent_loop_entries(plan, prompt_style, resumed_after_step)
+    Path(paths.agent_loop_config).write_text(omegaconf_yaml(entries))
     Path(paths.tbx_config).write_text(omegaconf_yaml(plain(cfg)))
     Path(paths.manifest).write_text(json.dumps(manifest.to_dict(), indent=2))
 

@@ -118,7 +118,7 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
                                  run_dir=str(run_dir))
     plan, command = verl_command(played, manifest, run_dir, experiment, store.run_id)
     resumed_from = discard_unsaved_steps(store, Path(plan.paths.checkpoint_dir))
-    write_bridge_files(played, manifest, plan)
+    write_bridge_files(played, manifest, plan, resumed_after_step=resumed_from)
     folder = run_dir / "verl"
     (folder / "command.sh").write_text("#!/bin/sh\n" + shlex.join(command) + "\n")
     log_path = folder / "main_ppo.log"

@@ -329,9 +329,10 @@ def _trainer(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
     ]
 
 
-def agent_loop_entries(plan: TrainPlan, prompt_style: str = "tbx") -> list[dict[str, Any]]:
-    """The YAML list verl reads from `agent_loop_config_path`: our loop and its init arguments."""
+def agent_loop_entries(plan: TrainPlan, prompt_style: str = "tbx", resumed_after_step: int = 0) -> list[dict[str, Any]]:
+    """The YAML list verl reads from `agent_loop_config_path`: our loop and its init arguments
+    (`resumed_after_step`: the checkpoint this start resumes from, 0 for none)."""
     return [{"name": AGENT_LOOP_NAME, "_target_": AGENT_LOOP_TARGET, "tbx_config_path": plan.paths.tbx_config,
              "run_dir": plan.paths.run_dir, "run_id": plan.run_id,
              "max_error_retries": plan.grpo.max_error_retries, "prompt_style": prompt_style,
-             "stop_after_tool_call": True}]
+             "stop_after_tool_call": True, "resumed_after_step": resumed_after_step}]

@@ -182,7 +182,31 @@ def test_every_episode_is_stored_with_its_verdict(setup):
     assert out.reward_score == mine[0].reward and out.extra_fields["tbx"]["seed"] == mine[0].seed
 
 
-def make_loop(setup, server) -> TbxEpisodeLoop:
+def test_a_session_reissued_after_an_asynchronous_resume_is_stored_once(setup):
+    """A group in flight at verl's asynchronous checkpoint is re-issued by the resumed run under its first step
+    with the same uid: the session the killed process stored under step 1 is replaced by its replay under step
+    3 (the start resumed after step 2), not kept beside it."""
+    from tbx.episodes.seeds import rollout_seed
+    from tbx.store import open_store
+
+    plan = setup["plan"]
+    kwargs = row_kwargs(TASKS[0].id, session_id=2) | {"uid": "u-reissued"}
+
+    async def go(loop, global_steps):
+        return await loop.run({"temperature": 1.0}, **kwargs | {"global_steps": global_steps})
+
+    asyncio.run(go(make_loop(setup, scripted_server(setup["tokenizer"])), 1))  # the killed start
+    asyncio.run(go(make_loop(setup, scripted_server(setup["tokenizer"]), resumed_after_step=2), 3))
+    store = open_store(None, Path(plan.paths.run_dir), plan.run_id, "train")
+    try:
+        mine = [(r.attempt // STEP_STRIDE, r.attempt % STEP_STRIDE, r.try_index) for r in store.records
+                if r.seed == rollout_seed("u-reissued", 2, 0)]  # other tests' episodes have other uids
+    finally:
+        store.close()
+    assert mine == [(2, 2, 0)]
+
+
+def make_loop(setup, server, resumed_after_step: int = 0) -> TbxEpisodeLoop:
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
     config = setup["config"]
@@ -190,7 +214,8 @@ def make_loop(setup, server) -> TbxEpisodeLoop:
                           processor=None, dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data),
                           hf_model_type="llama", tools=ToolListWrap([]),
                           tbx_config_path=setup["plan"].paths.tbx_config, max_error_retries=1,
-                          run_dir=setup["plan"].paths.run_dir, run_id=setup["plan"].run_id)
+                          run_dir=setup["plan"].paths.run_dir, run_id=setup["plan"].run_id,
+                          resumed_after_step=resumed_after_step)
 
 
 def row_kwargs(task_id: str, session_id: int = 0) -> dict:

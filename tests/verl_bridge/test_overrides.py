@@ -179,7 +179,8 @@ def test_pool_rows_and_bridge_files(tmp_path):
     entries = yaml.safe_load(Path(plan.paths.agent_loop_config).read_text())
     assert entries == [{"name": "tbx_episode", "_target_": "tbx.verl_bridge.agent_loop.TbxEpisodeLoop",
                         "tbx_config_path": plan.paths.tbx_config, "run_dir": str(tmp_path), "run_id": "",
-                        "max_error_retries": 2, "prompt_style": "tbx", "stop_after_tool_call": True}]
+                        "max_error_retries": 2, "prompt_style": "tbx", "stop_after_tool_call": True,
+                        "resumed_after_step": 0}]
     loaded = load_config(plan.paths.tbx_config)  # the workers rebuild the same typed config
     assert (loaded.model.path, loaded.tasks, loaded.user, loaded.pool) == (cfg.model.path, cfg.tasks, cfg.user, cfg.pool)
     assert "${" not in loaded.backend.workdir + loaded.model.cache_dir  # interpolations resolved on load

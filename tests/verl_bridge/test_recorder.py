@@ -12,6 +12,7 @@ import pytest
 
 from tbx.config import Config
 from tbx.episodes import EpisodeResult, Outcome
+from tbx.episodes.seeds import rollout_seed
 from tbx.store import open_store
 from tbx.store.training import STEP_STRIDE, first_attempt_of, step_of, training_attempt
 from tbx.verl_bridge.recorder import EpisodeRecorder
@@ -91,3 +92,36 @@ def test_a_resumed_run_discards_the_steps_after_its_checkpoint(recorder, tmp_pat
     assert store.discard_from(first_attempt_of(1)) == 2  # checkpoint after step 1: steps 2 and 3 replay
     assert [step_of(r.attempt) for r in store.records] == [0]
     store.close()
+
+
+def test_a_resumed_asynchronous_run_stores_a_reissued_session_once(tmp_path):
+    """verl's asynchronous checkpoint keeps the groups in flight and the resumed run re-issues them under its
+    first step with the same prompt uid: the killed process's tries of such a session (same first seed, an
+    earlier step) are deleted before the replay is stored; a trained group's tries and later steps' stay."""
+    killed = EpisodeRecorder.open(Config(), str(tmp_path), "run1", GROUP, max_error_retries=1)
+    interrupted = killed.claim_slot("mock/a", 0, 1)  # dispatched at step 1, in flight at the checkpoint
+    killed.record(result("mock/a", Outcome.INFRA_ERROR, seed=rollout_seed("u-old", 1, 0)), interrupted)
+    killed.record(result("mock/a", Outcome.FAILURE, seed=rollout_seed("u-old", 1, 1)), interrupted)
+    trained = killed.claim_slot("mock/a", 0, 0)
+    killed.record(result("mock/a", Outcome.SUCCESS, seed=rollout_seed("u-trained", 0, 0)), trained)
+    killed.close()
+
+    resumed = EpisodeRecorder.open(Config(), str(tmp_path), "run1", GROUP, max_error_retries=1, resumed_after_step=1)
+    try:
+        assert resumed.discard_interrupted("mock/a", 2, rollout_seed("u-old", 1, 0)) == 0  # not the resumed step
+        assert resumed.discard_interrupted("mock/a", 1, rollout_seed("u-new", 1, 0)) == 0  # a fresh group
+        assert resumed.discard_interrupted("mock/a", 1, rollout_seed("u-old", 1, 0)) == 2  # both tries
+        again = resumed.claim_slot("mock/a", 1, 1)
+        resumed.record(result("mock/a", Outcome.FAILURE, seed=rollout_seed("u-old", 1, 0)), again)
+    finally:
+        resumed.close()
+    store = open_store(None, tmp_path, "run1", "train")
+    stored = [(step_of(r.attempt), r.attempt % STEP_STRIDE, r.try_index, r.outcome) for r in store.records]
+    store.close()
+    assert stored == [(0, 0, 0, "success"), (1, 1, 0, "failure")]
+
+
+def test_a_fresh_start_discards_nothing(recorder):
+    attempt = recorder.claim_slot("mock/a", 0, 0)
+    recorder.record(result("mock/a", Outcome.FAILURE, seed=rollout_seed("u", 0, 0)), attempt)
+    assert recorder.discard_interrupted("mock/a", 0, rollout_seed("u", 0, 0)) == 0
