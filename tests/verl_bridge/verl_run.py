@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
+import subprocess
 import sys
+import time
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from tbx.episodes.seeds import rollout_seed
-from tbx.store.training import step_of
+from tbx.errors import EXIT_NO_UPDATE
+from tbx.store.training import STEP_STRIDE, step_of
+from tbx.verl_bridge.launch import step_metrics, step_times
 
 ROOT = Path(__file__).resolve().parents[2]
 # two easy training tasks the embedded model solves now and then (a probe of 4 attempts: 1 of 4 each)
@@ -100,3 +107,89 @@ def joined_tries(verl_run, max_staleness: int = 0) -> list[tuple[dict, dict]]:
             assert len(verdicts) == 1, f"step {step}: {len(verdicts)} verdict tries for {sample['uid']}"
             joined.append((sample, verdicts[0]))
     return joined
+
+
+def step2_started(root: Path) -> bool:
+    """Step 1's checkpoint is complete and an episode of step 2 is stored."""
+    run = run_dir_of(root)
+    if run is None or not (run / "checkpoints" / "latest_checkpointed_iteration.txt").is_file():
+        return False
+    if (run / "checkpoints" / "latest_checkpointed_iteration.txt").read_text().strip() != "1":
+        return False
+    with sqlite3.connect(run / "results.sqlite", timeout=30) as conn:
+        return conn.execute("select count(*) from attempts where attempt >= ?", (STEP_STRIDE,)).fetchone()[0] > 0
+
+
+def step_report(root: Path) -> str:
+    """verl's logged steps, slowest first, with their phases (a step still running is not logged yet)."""
+    run = run_dir_of(root)
+    lines = step_times(step_metrics(run / "verl")) if run is not None else []
+    return "\n".join(["verl steps, slowest first:", *(lines or ["none logged"])])
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no {path})"
+
+
+def run_processes(run: Path) -> list[int]:
+    """Processes of this run still alive (verl's driver, Ray daemons of its session, vLLM)."""
+    out = subprocess.run(["pgrep", "-f", str(run)], capture_output=True, text=True, check=False).stdout
+    return [int(pid) for pid in out.split() if int(pid) != os.getpid()]
+
+
+def killed_in_step2_and_resumed(root: Path, command: list[str], budget_s: float, request) -> dict:
+    """Run `command`, SIGKILL its process group once step 1's checkpoint is written and step 2 has stored an
+    episode, then run it again to the end, both starts within `budget_s`; what the run left (each step's
+    time is printed, slowest first, through pytest's reporter)."""
+    log, timings = root / "first.log", {}
+    started = time.monotonic()
+    deadline = started + budget_s
+    with log.open("w") as out:
+        first = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        try:
+            while not step2_started(root):
+                if first.poll() is not None:
+                    pytest.fail(f"the run ended ({first.returncode}) before an episode of step 2:\n{tail(log)}\n"
+                                f"{step_report(root)}")
+                if time.monotonic() > deadline:
+                    pytest.fail(f"no episode of step 2 within the run's budget of {budget_s:.0f} s:\n{tail(log)}\n"
+                                f"{step_report(root)}")
+                time.sleep(2.0)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)  # launch.py, the submitit job, verl's driver: the job's group
+            first.wait()
+    timings["until_killed_s"] = time.monotonic() - started
+    run = run_dir_of(root)
+    assert run is not None
+    gone_by = time.monotonic() + 120  # Ray's daemons die with the job's Ray node (parent-death signal)
+    while run_processes(run) and time.monotonic() < gone_by:
+        time.sleep(1.0)
+    left = run_processes(run)
+    before_resume = stored_rows(run)
+    started = time.monotonic()
+    with (root / "second.log").open("w") as out:
+        second = subprocess.Popen(command, cwd=ROOT, env=environment(), stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+        try:
+            second.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(second.pid, signal.SIGKILL)
+            second.wait()
+            pytest.fail(f"the resumed run did not end within the run's budget of {budget_s:.0f} s:\n"
+                        f"{tail(root / 'second.log')}\n{step_report(root)}")
+    timings["resumed_run_s"] = time.monotonic() - started
+    second_out = (root / "second.log").read_text(errors="replace")
+    report = step_report(root)
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:  # shown whether or not pytest captures output
+        reporter.write_line(f"\n{report}\n(run: {timings['until_killed_s']:.0f} s until killed, resumed start "
+                            f"{timings['resumed_run_s']:.0f} s)")
+    # 4 (EXIT_NO_UPDATE): no step drew a group of mixed verdicts, so nothing was merged (2 of 4 runs here)
+    assert second.returncode in (0, EXIT_NO_UPDATE), second_out[-4000:]
+    return {"root": root, "run": run, "left_after_kill": left, "before_resume": before_resume,
+            "second": second_out, "second_exit": second.returncode, "timings": timings,
+            "report": report}
