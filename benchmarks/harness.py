@@ -28,6 +28,7 @@ from tbx.backend import make_backend  # noqa: E402
 from tbx.catalog import prepare_task, resolve_tasks  # noqa: E402
 from tbx.config import Config, TasksConfig  # noqa: E402
 from tbx.episodes import Outcome, episode_limits, run_episode  # noqa: E402
+from tbx.episodes.world import EpisodeWorld  # noqa: E402
 from tbx.grading.judge import EvidenceJudge  # noqa: E402
 from tbx.policies.reference import OraclePolicy  # noqa: E402
 from tbx.tools.mcp_server import ToolSessions  # noqa: E402
@@ -59,7 +60,8 @@ def measure(kind: str, url: str | None, domain: str, episodes: int, fresh_sessio
         try:
             for i in range(count):
                 runtime = runtimes[i % len(runtimes)]
-                results.append(await run_episode(runtime, backend, policy, user, judge, 0, 0, limits, sessions=sessions))
+                world = EpisodeWorld(backend, {}, user, judge, limits, sessions=sessions)
+                results.append(await run_episode(world, runtime, policy, 0, 0))
         finally:
             if sessions is not None:
                 await sessions.aclose()

@@ -52,6 +52,7 @@ from tbx.backend import make_backend  # noqa: E402
 from tbx.catalog import prepare_task  # noqa: E402
 from tbx.config import Config  # noqa: E402
 from tbx.episodes import Outcome, episode_limits, run_episode  # noqa: E402
+from tbx.episodes.world import EpisodeWorld  # noqa: E402
 from tbx.messages import Message, ToolCall  # noqa: E402
 from tbx.policies.reference import OraclePolicy, ReplayPolicy  # noqa: E402
 from tbx.tau2.environment import tau2_domain  # noqa: E402
@@ -143,15 +144,15 @@ def prepare(source: str, count: int | None, figures: Figures) -> list:
 async def tbx_episodes(runtimes: list, policy, attempts: list[int] | None = None, timed: bool = True) -> list:
     """(CPU s, result) of each runtime's episode, one after another in one loop, MCP sessions kept."""
     sessions = ToolSessions()
+    world = EpisodeWorld(None, {}, ScriptedUser(), None, LIMITS, sessions=sessions)
     out = []
     try:
         if timed:  # a warm-up episode: the MCP session started, first-call caches filled
-            await run_episode(runtimes[0], None, policy, ScriptedUser(), None, 0, 0, LIMITS, sessions=sessions)
+            await run_episode(world, runtimes[0], policy, 0, 0)
         for index, runtime in enumerate(runtimes):
             attempt = attempts[index] if attempts else 0
             began = cpu()
-            result = await run_episode(runtime, None, policy, ScriptedUser(), None, attempt, 0, LIMITS,
-                                       sessions=sessions)
+            result = await run_episode(world, runtime, policy, attempt, 0)
             out.append((cpu() - began, result))
     finally:
         await sessions.aclose()
