@@ -10,6 +10,7 @@ import struct
 import time
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from wandb.proto import wandb_internal_pb2
 
 BLOCK, HEADER = 32768, 7
@@ -26,6 +27,8 @@ def _chunks(data: bytes):
         if length == 0 and kind == 0:  # zero padding at the end of a block
             pos += left
             continue
+        if pos + HEADER + length > len(data):  # the writer has not finished this chunk yet
+            return
         chunk = data[pos + HEADER:pos + HEADER + length]
         pos += HEADER + length
         if kind == 1:
@@ -36,6 +39,18 @@ def _chunks(data: bytes):
             partial += chunk
         elif kind == 4:
             yield partial + chunk
+
+
+def _records(path: Path):
+    """The file's complete records, in order. W&B's writer appends while a test reads: a record it has not
+    finished writing ends the list (the callers poll), never a DecodeError."""
+    for chunk in _chunks(path.read_bytes()):
+        record = wandb_internal_pb2.Record()
+        try:
+            record.ParseFromString(chunk)
+        except DecodeError:
+            return
+        yield record
 
 
 def history(run_dir: str | Path, wait_for: str | None = None, timeout_s: float = 20.0) -> list[dict]:
@@ -53,9 +68,7 @@ def _read_history(run_dir: str | Path) -> list[dict]:
     files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
     assert len(files) == 1, files
     rows = []
-    for chunk in _chunks(Path(files[0]).read_bytes()):
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(chunk)
+    for record in _records(Path(files[0])):
         if record.WhichOneof("record_type") == "history":
             rows.append({(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item})
     return rows
@@ -77,9 +90,7 @@ def run_group(run_dir: str | Path, timeout_s: float = 30.0) -> str:
     while True:
         files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
         assert len(files) <= 1, files
-        for chunk in _chunks(Path(files[0]).read_bytes()) if files else ():
-            record = wandb_internal_pb2.Record()
-            record.ParseFromString(chunk)
+        for record in _records(Path(files[0])) if files else ():
             if record.WhichOneof("record_type") == "run":
                 return record.run.run_group
         if time.monotonic() > deadline:
