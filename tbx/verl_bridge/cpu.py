@@ -90,6 +90,12 @@ def cpu_overrides(cpus: int, nodes: int, joins_cluster: bool, kv_cache_gib: floa
         # vLLM's CPU build repacks weights after loading: reload through vLLM's layerwise reload
         ("+actor_rollout_ref.rollout.engine_kwargs.vllm.worker_extension_cls", WORKER_EXTENSION),
         ("actor_rollout_ref.rollout.dtype", "float32"),  # bf16 is slower than fp32 on these CPUs
+        # verl's FSDP engine computes in bf16 unless told otherwise (`mixed_precision` unset → param_dtype bf16);
+        # a CPU without bf16 instructions (AVX2 only) multiplies bf16 ~70x slower than fp32 (0.7 against 54 GFLOPS a
+        # core, measured here), so a step's update took 25 minutes instead of 1 to 2: the trainer computes in fp32,
+        # as vLLM samples, on every CPU
+        *((f"+actor_rollout_ref.{role}.fsdp_config.mixed_precision.{key}", "fp32")
+          for role in ("actor", "ref") for key in ("param_dtype", "reduce_dtype", "buffer_dtype")),
         ("actor_rollout_ref.rollout.enforce_eager", True),  # compiling the graphs takes minutes
         # sleep mode frees and restores GPU memory through CUDA's allocator
         ("actor_rollout_ref.rollout.free_cache_engine", False),

@@ -315,3 +315,20 @@ def test_the_asynchronous_overrides_compose_with_verls_config_and_load_tbx_sampl
                           max_off_policy_threshold=2, max_off_policy_strategy="drop",
                           sampler_kwargs=v1.sampler.sampler_kwargs, refill_fn=lambda n: n)
     assert (sampler.filter_groups_metric, sampler.max_replacements) == ("acc", 18)
+
+
+@pytest.mark.slow
+@pytest.mark.verl
+def test_on_cpu_verls_trainer_computes_in_fp32():
+    """verl's FSDP engine computes in bf16 when `fsdp_config.mixed_precision` is unset; on a CPU without bf16
+    instructions that made a step's update ~25 minutes (CI). The CPU delta's keys reach verl's engine config."""
+    composed = _compose_with_verl(cpu_overrides_for())
+    import torch
+    from verl.utils.torch_dtypes import PrecisionType
+
+    for role in ("actor", "ref"):  # what verl's FSDPEngine._build_fsdp_module reads
+        mixed = composed.actor_rollout_ref[role].fsdp_config.mixed_precision
+        assert {PrecisionType.to_dtype(mixed.get(key, "bf16"))
+                for key in ("param_dtype", "reduce_dtype", "buffer_dtype")} == {torch.float32}, role
+    gpu = _compose_with_verl(overrides_for("full"))  # a GPU run keeps verl's bf16 default
+    assert gpu.actor_rollout_ref.actor.fsdp_config.get("mixed_precision") is None
