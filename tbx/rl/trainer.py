@@ -20,6 +20,7 @@ import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -157,6 +158,13 @@ class NativeRecipe:
     state: TrainState
     rollouts: BusyClock = field(default_factory=BusyClock)  # when some episode was being played
     _drawn: dict[int, dict[str, Any]] = field(default_factory=dict)  # the sampler after each played step's draws
+    # The update, the weight sync and the checkpoint run off the event loop on this one thread, never on asyncio's
+    # shared pool: glibc gives each thread that allocates its own heap (arena) and may keep a freed peak there, so
+    # updates landing on whichever pool thread was idle (episodes played ahead keep the others busy) could each
+    # leave GBs of freed activations behind. An asynchronous training run was OOM-killed at 19 GB in step 4; one
+    # update's own peak (16.6 GB, measured after) is most of that (docs/training.md).
+    _trainer_thread: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="tbx-trainer"), repr=False)
 
     @classmethod
     def setup(cls, cfg: Config, task_ids: Sequence[str], checkpoints: Path,
@@ -211,14 +219,18 @@ class NativeRecipe:
             return Updated(samples, None, staleness, time.perf_counter() - started)
         settings = LossSettings(clip_ratio_low=cfg.grpo.clip_ratio, clip_ratio_high=cfg.grpo.clip_ratio,
                                 loss_agg_mode=cfg.grpo.loss_agg_mode, kl_coef=0.0)  # no reference: kl_coef != 0 refused
-        update = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+        update = await self.on_trainer_thread(functools.partial(
             grpo_update, policy.model, self.optimizer, samples, settings, pad_id=policy.pad_id,
             micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
             max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing,
             is_threshold=cfg.grpo.is_threshold))
         say("sending the weights to vLLM")
-        await asyncio.to_thread(policy.sync_weights, step + 1)
+        await self.on_trainer_thread(policy.sync_weights, step + 1)
         return Updated(samples, update, staleness, time.perf_counter() - started)
+
+    async def on_trainer_thread(self, work: Callable[..., Any], *args: Any) -> Any:
+        """`work(*args)` on the recipe's one trainer thread (the update, the weight sync, the checkpoint)."""
+        return await asyncio.get_running_loop().run_in_executor(self._trainer_thread, work, *args)
 
     def record(self, step: int, batch: StepBatch, updated: Updated, span: tuple[float, float],
                waited: float) -> dict[str, Any]:

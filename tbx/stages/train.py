@@ -17,7 +17,6 @@ clusters `grpo.trainer=verl` hands the same pool and recipe to verl (see tbx/ver
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -100,7 +99,7 @@ async def _train(cfg: Config, recipe: NativeRecipe, world: EpisodeWorld, store, 
         training_curves_figure(recipe.state.history, recipe.checkpoints.parent / "curves.png")
         _print_metrics(metrics)
         if recipe.save_due(step) and cfg.grpo.max_staleness:
-            await asyncio.to_thread(recipe.write, recipe.snapshot())  # episodes played ahead go on meanwhile
+            await recipe.on_trainer_thread(recipe.write, recipe.snapshot())  # episodes played ahead go on meanwhile
         elif recipe.save_due(step):
             recipe.save()
 
