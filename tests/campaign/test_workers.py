@@ -39,7 +39,8 @@ def test_two_workers_store_the_verdicts_one_process_stores(tmp_path):
 def test_each_attempt_is_played_once_by_one_of_the_workers(tmp_path):
     log = tmp_path / "episodes.log"
     cfg = make_cfg(tmp_path, "tasks=mock", "policy._target_=tests.stages.clock.ClockPolicy", "policy.name=clock",
-                   f"+extra.episode_log={log}", "+extra.turn_delay_s=0.01", "eval.attempts=16", "eval.workers=2")
+                   f"+extra.episode_log={log}", "+extra.turn_delay_s=0.01", "+extra.peers=2", "eval.attempts=16",
+                   "eval.workers=2")
     summary = run(cfg)
     played = [line.split() for line in log.read_text().splitlines()]
     by_process = Counter(pid for pid, _, _ in played)
