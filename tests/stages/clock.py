@@ -20,6 +20,15 @@ from tbx.policies.reference import DONE, ScriptAgent, turns_from_steps
 PEERS_WAIT_S = 60.0
 
 
+_deadline: list[float] = []  # one minute for this whole process, not for each episode
+
+
+def _peers_deadline() -> float:
+    if not _deadline:
+        _deadline.append(time.monotonic() + PEERS_WAIT_S)
+    return _deadline[0]
+
+
 def _processes_in(log: str) -> int:
     with open(log) as lines:
         return len({line.split()[0] for line in lines if line.strip()})
@@ -30,7 +39,7 @@ class _ClockAgent(Agent):
         self.reference, self.delay_s, self.script, self.log, self.peers = reference, delay_s, None, log, peers
 
     async def act(self, messages, tools):  # the Agent signature
-        deadline = time.monotonic() + PEERS_WAIT_S
+        deadline = _peers_deadline()
         while self.script is None and _processes_in(self.log) < self.peers and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         await asyncio.sleep(self.delay_s)
