@@ -56,12 +56,11 @@ def measure(kind: str, url: str | None, domain: str, episodes: int, fresh_sessio
 
     async def play(count: int) -> list:
         sessions = None if fresh_sessions else ToolSessions()  # a campaign keeps its MCP sessions
+        world = EpisodeWorld(backend, {}, user, judge, limits, sessions=sessions)  # once, as a run builds it
         results = []
         try:
             for i in range(count):
-                runtime = runtimes[i % len(runtimes)]
-                world = EpisodeWorld(backend, {}, user, judge, limits, sessions=sessions)
-                results.append(await run_episode(world, runtime, policy, 0, 0))
+                results.append(await run_episode(world, runtimes[i % len(runtimes)], policy, 0, 0))
         finally:
             if sessions is not None:
                 await sessions.aclose()

@@ -10,6 +10,7 @@ slowly one of them starts on a loaded machine (CI once saw one worker play all 4
 """
 
 import asyncio
+import functools
 import os
 import time
 
@@ -20,13 +21,10 @@ from tbx.policies.reference import DONE, ScriptAgent, turns_from_steps
 PEERS_WAIT_S = 60.0
 
 
-_deadline: list[float] = []  # one minute for this whole process, not for each episode
-
-
+@functools.cache
 def _peers_deadline() -> float:
-    if not _deadline:
-        _deadline.append(time.monotonic() + PEERS_WAIT_S)
-    return _deadline[0]
+    """One minute for this whole process, not for each episode."""
+    return time.monotonic() + PEERS_WAIT_S
 
 
 def _processes_in(log: str) -> int:
