@@ -60,6 +60,9 @@ class GrpoConfig:
     max_response_tokens: int = 8192  # verl: whole multi-turn response incl. tool/user tokens [data.max_response_length]
     max_error_retries: int = 2  # verl: re-runs of an episode that ended in an error outcome, inside the agent loop
     save_every: int = 10  # checkpoint every N steps, and at the last [trainer.save_freq]
+    # checkpoints kept on disk, the newest (each holds the weights and the optimizer: ~1.6 GB for the 135M model,
+    # ~20 GB for a 1.7B); null: every one [trainer.max_actor_ckpt_to_keep, max_critic_ckpt_to_keep]
+    keep_checkpoints: int | None = 2
     micro_batch_size: int = 4  # native: sequences per forward/backward (gradient accumulation)
     gradient_checkpointing: bool = False  # native: trade compute for memory
     max_grad_norm: float = 1.0

@@ -140,6 +140,9 @@ def check_grpo(cfg: Config) -> None:
                    "give grpo.group_size >= 2 (the reference uses 8)")
     for key in ("grpo.groups_per_step", "grpo.steps", "grpo.save_every", "grpo.micro_batch_size"):
         _at_least(cfg, key, 1)
+    if cfg.grpo.keep_checkpoints is not None and cfg.grpo.keep_checkpoints < 1:
+        raise fail(cfg, "grpo.keep_checkpoints", f"is {cfg.grpo.keep_checkpoints}; a resumed run needs the newest "
+                   "checkpoint", "give grpo.keep_checkpoints >= 1, or null to keep every checkpoint")
     if cfg.grpo.lr <= 0:
         raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
     if cfg.grpo.trainer == "native" and cfg.grpo.kl_coef != 0:

@@ -43,8 +43,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save_checkpoint(folder: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    extra: dict[str, Any]) -> Path:
-    """Write checkpoint `step` under `folder` and point `latest.json` at it."""
+                    extra: dict[str, Any], keep: int | None = None) -> Path:
+    """Write checkpoint `step` under `folder`, point `latest.json` at it, then delete all but the newest `keep`
+    checkpoints (None: keep every one)."""
     folder.mkdir(parents=True, exist_ok=True)
     final = folder / f"step_{step:05d}"
     partial = folder / f".step_{step:05d}.partial"
@@ -63,7 +64,18 @@ def save_checkpoint(folder: Path, step: int, model: torch.nn.Module, optimizer: 
     fsync_path(pointer)
     pointer.replace(folder / LATEST)
     fsync_path(folder)
+    if keep is not None:
+        prune_checkpoints(folder, step, keep)
     return final
+
+
+def prune_checkpoints(folder: Path, step: int, keep: int) -> None:
+    """Delete the checkpoints under `folder` but the newest `keep` up to `step` (the one `latest.json` names):
+    only after the pointer has moved, so a kill mid-delete leaves the run resumable."""
+    steps = sorted(int(p.name.removeprefix("step_")) for p in folder.glob("step_*") if p.is_dir())
+    kept = [s for s in steps if s <= step][-keep:]
+    for old in sorted(set(steps) - set(kept)):
+        shutil.rmtree(folder / f"step_{old:05d}", ignore_errors=True)
 
 
 def latest_checkpoint(folder: Path) -> Path | None:

@@ -310,7 +310,8 @@ class NativeRecipe:
         """Write a `snapshot()` with the weights, optimizer and generators (a thread may do it while episodes
         played ahead go on: the model changes only in the next update, which waits for this)."""
         step, extra = snapshot
-        save_checkpoint(self.checkpoints, step, self.policy.model, self.optimizer, extra)
+        save_checkpoint(self.checkpoints, step, self.policy.model, self.optimizer, extra,
+                        keep=self.cfg.grpo.keep_checkpoints)
 
     def save(self) -> None:
         """A checkpoint of where the run stands (`snapshot`, then `write`)."""

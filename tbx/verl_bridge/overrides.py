@@ -323,6 +323,8 @@ def _trainer(cfg: Config, plan: TrainPlan) -> list[tuple[str, Any]]:
         ("trainer.default_local_dir", plan.paths.checkpoint_dir),
         ("trainer.rollout_data_dir", plan.paths.rollout_dir),  # what each step trained on, with verl's scores
         ("trainer.save_freq", g.save_every),
+        ("trainer.max_actor_ckpt_to_keep", g.keep_checkpoints),
+        ("trainer.max_critic_ckpt_to_keep", g.keep_checkpoints),
         ("trainer.resume_mode", "auto"),
         ("trainer.val_before_train", False),  # checkpoints are evaluated by tbx's eval stage
         ("trainer.test_freq", -1),

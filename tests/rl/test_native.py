@@ -143,6 +143,18 @@ def test_a_checkpoint_interrupted_mid_write_leaves_the_previous_one(tmp_path):
     assert latest_checkpoint(tmp_path).name == "step_00001"
 
 
+def test_only_the_newest_checkpoints_are_kept(tmp_path):
+    model = tiny_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    for step in range(1, 6):
+        save_checkpoint(tmp_path, step, model, optimizer, {"step": step}, keep=2)
+    assert sorted(p.name for p in tmp_path.glob("step_*")) == ["step_00004", "step_00005"]
+    assert load_checkpoint(latest_checkpoint(tmp_path), model, optimizer) == (5, {"step": 5})
+    for step in range(6, 9):
+        save_checkpoint(tmp_path / "all", step, model, optimizer, {})  # keep=None: every one
+    assert len(list((tmp_path / "all").glob("step_*"))) == 3
+
+
 def test_empty_update_is_refused():
     model = tiny_model()
     with pytest.raises(ValueError, match="at least one sample"):
