@@ -143,6 +143,9 @@ def check_grpo(cfg: Config) -> None:
     if cfg.grpo.keep_checkpoints is not None and cfg.grpo.keep_checkpoints < 1:
         raise fail(cfg, "grpo.keep_checkpoints", f"is {cfg.grpo.keep_checkpoints}; a resumed run needs the newest "
                    "checkpoint", "give grpo.keep_checkpoints >= 1, or null to keep every checkpoint")
+    if cfg.grpo.verl_stall_s is not None and cfg.grpo.verl_stall_s <= 0:
+        raise fail(cfg, "grpo.verl_stall_s", f"is {cfg.grpo.verl_stall_s}",
+                   "give the seconds a verl run may go without output or a stored episode (e.g. 1800), or null")
     if cfg.grpo.lr <= 0:
         raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
     if cfg.grpo.trainer == "native" and cfg.grpo.kl_coef != 0:

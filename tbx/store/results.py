@@ -36,6 +36,7 @@ from sqlalchemy import (
     Text,
     create_engine,
     event,
+    func,
     make_url,
     select,
 )
@@ -242,6 +243,15 @@ class ResultStore:
             raise ConfigError(where, "run_dir", f"is being trained by another process ({describe_owner(owner)})",
                               "wait for it to finish or stop it; the run of a killed process is taken over "
                               "by the next start")
+
+    def stored_tries(self) -> int:
+        """How many tries of this run the store holds now, whichever process stored them."""
+        query = select(func.count()).select_from(attempts).where(attempts.c.run_id == self.run_id)
+        try:
+            with self.engine.connect() as conn:
+                return int(conn.execute(query).scalar_one())
+        except OperationalError as exc:
+            raise _store_error(self.engine, exc) from None
 
     def tries(self, task_id: str, attempt: int) -> int:
         return len(self._tries.get((task_id, attempt), ()))

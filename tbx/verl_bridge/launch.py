@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from tbx.config import Config
 from tbx.errors import EXIT_NO_UPDATE, ConfigError, InfraError
 from tbx.process.durable import publish_folder
 from tbx.process.owner import die_with_parent
+from tbx.process.stall import StallWatch
 from tbx.records import PoolManifest
 from tbx.runs.results import VerlTrainResult
 from tbx.store import ResultStore
@@ -131,7 +133,9 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
     if hardware.cpu:
         environment |= cpu_environment(cfg.model.server.kv_cache_gib, hardware.cpus_per_node)
     keep_earlier_metrics(folder)
-    run_trainer(command, run_dir, environment, log_path)
+    metrics_file = folder / METRICS_FILE
+    run_trainer(command, run_dir, environment, log_path, cfg.grpo.verl_stall_s,
+                progress=lambda: (store.stored_tries(), metrics_file.stat().st_mtime if metrics_file.exists() else 0))
     checkpoints = Path(plan.paths.checkpoint_dir)
     step = latest_verl_step(checkpoints)
     metrics = step_metrics(folder)
@@ -214,22 +218,49 @@ def discard_unsaved_steps(store: ResultStore, checkpoints: Path) -> int:
     return step
 
 
-def run_trainer(command: list[str], run_dir: Path, environment: dict[str, str], log_path: Path) -> None:
+def run_trainer(command: list[str], run_dir: Path, environment: dict[str, str], log_path: Path,
+                stall_s: float | None = None, progress: Callable[[], object] = lambda: None) -> None:
     """Run `command` in the run folder to the end, its output to the terminal and the log. The trainer
     dies with this process (a SIGKILLed job leaves no verl driver behind; Ray's own daemons die with the
-    job's Ray node, tbx/launch/ray_cluster.py, or with the driver that started them)."""
+    job's Ray node, tbx/launch/ray_cluster.py, or with the driver that started them). With `stall_s`, a
+    trainer that prints no line and whose `progress()` value does not change for that long is stopped
+    (SIGTERM, SIGKILL after `STOP_GRACE_S`) and the run fails with an InfraError that says so."""
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     with log_path.open("a") as log, subprocess.Popen(command, cwd=run_dir, stdout=subprocess.PIPE, env=environment,
                                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
                                                      preexec_fn=die_with_parent) as process:
         assert process.stdout is not None
-        for line in process.stdout:
-            log.write(line)
-            tail.append(line)
-            sys.stdout.write(line)
-        code = process.wait()
+        watch = StallWatch(stall_s, lambda: stop(process), progress) if stall_s else None
+        try:
+            for line in process.stdout:
+                log.write(line)
+                tail.append(line)
+                sys.stdout.write(line)
+                if watch:
+                    watch.progress()
+            code = process.wait()
+        finally:
+            if watch:
+                watch.stop()
+    if watch and watch.stalled:
+        raise InfraError(f"verl's trainer printed nothing and stored no episode for {stall_s:g} s "
+                         "(grpo.verl_stall_s), so tbx stopped it: a worker may have died under it (Ray's memory "
+                         "monitor says so in the log). Run the same command again to resume from its last "
+                         "checkpoint, with more memory free or a larger grpo.verl_stall_s where a step "
+                         f"legitimately stays silent longer; the end of {log_path}:\n" + "".join(tail))
     if code != 0:
         raise InfraError(f"verl's trainer exited with status {code}; the end of {log_path}:\n" + "".join(tail))
+
+
+STOP_GRACE_S = 30.0  # a stalled trainer's time to end after SIGTERM before SIGKILL
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
 
 
 def merge_checkpoint(checkpoints: Path, step: int, run_dir: Path, environment: dict[str, str]) -> Path:

@@ -115,6 +115,7 @@ ENDPOINT = ["policy=model", "model=openai_endpoint", f"model.endpoint.base_url={
     (["stage=train", "grpo.group_size=1"], "conf/grpo", "grpo.group_size", "grpo.group_size >= 2"),
     (["stage=train", "grpo.lr=0"], "conf/grpo", "grpo.lr", "positive learning rate"),
     (["stage=train", "grpo.keep_checkpoints=0"], "conf/grpo", "grpo.keep_checkpoints", "null to keep every"),
+    (["stage=train", "grpo.verl_stall_s=0"], "conf/grpo", "grpo.verl_stall_s", "(e.g. 1800), or null"),
     (["stage=train", "grpo.kl_coef=0.01"], "conf/grpo", "grpo.kl_coef", "grpo.kl_coef=0, or train with grpo.trainer=verl"),
     (["stage=pipeline", "grpo.kl_coef=0.01"], "conf/grpo", "grpo.kl_coef", "grpo.kl_coef=0"),
     (["stage=eval", "eval.attempts=0"], "conf/config.yaml", "eval.attempts", "eval.attempts >= 1"),

@@ -5,18 +5,25 @@ exit with a chosen failure status, or to draw only zero-variance groups, which i
 - `STAND_IN_EXIT=<code>` (default 3): prints a line and exits with that status, so the bridge's error
   path is shown;
 - `STAND_IN_EXIT=0` with `STAND_IN_GRAD_NORMS=0,0`: writes what verl leaves after those steps (one
-  line per step in its file logger's format, a checkpoint pointer to the last step) and exits 0.
+  line per step in its file logger's format, a checkpoint pointer to the last step) and exits 0;
+- `STAND_IN_HANG=<file>`: writes its pid to that file, prints a line and then waits forever, as verl's
+  weight sync does on a vLLM server that died under it (the real one needs a worker killed mid-run).
 """
 
 import json
 import os
 import sys
+import threading
 from pathlib import Path
 
 LOGGER = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 
 
 def main() -> int:
+    if hang := os.environ.get("STAND_IN_HANG"):
+        Path(hang).write_text(str(os.getpid()))
+        print("stand-in: waiting forever", flush=True)
+        threading.Event().wait()
     code = int(os.environ.get("STAND_IN_EXIT", "3"))
     if code:
         print("stand-in: failing as asked", flush=True)

@@ -9,6 +9,7 @@ status, so the bridge's error path (an InfraError quoting verl's log) is shown.
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -68,6 +69,26 @@ def test_a_failing_trainer_is_an_infra_error_quoting_its_log(tmp_path, monkeypat
         run_verl_training(verl_cfg(tmp_path), pool, run_dir, "exp", store)
     store.close()
     assert "failing as asked" in (run_dir / "verl" / "main_ppo.log").read_text()
+
+
+def test_a_trainer_that_stops_making_progress_is_stopped_with_an_infra_error(tmp_path, monkeypatch):
+    """A verl that waits forever (on a worker that died under it) prints nothing and stores no episode:
+    after grpo.verl_stall_s the run stops it and fails, naming the setting, and the trainer is gone."""
+    pool = write_pool(tmp_path)
+    monkeypatch.setenv("STAND_IN_HANG", str(tmp_path / "pid"))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    store = open_store(None, run_dir, "run1", "train", read_tries=False)
+    try:
+        with pytest.raises(InfraError, match=r"stored no episode for 2 s \(grpo.verl_stall_s\)(.|\n)*waiting forever"):
+            run_verl_training(verl_cfg(tmp_path, "grpo.verl_stall_s=2"), pool, run_dir, "exp", store)
+    finally:
+        store.close()
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):  # reaped by the bridge: no such process any more
+        os.kill(pid, 0)
 
 
 @pytest.mark.parametrize(("norms", "updates"), [("0,0", 0), ("0,0.4", 1)])
