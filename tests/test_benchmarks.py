@@ -28,6 +28,7 @@ SMALLEST = {
     "harness.py": ["--episodes", "72"],
     "user_asks.py": ["--corpus", "asks_corpus"],
     "tau2.py": ["--domains", "retail", "--tasks", "3", "--mutations"],
+    "update_memory.py": ["--turns", "4", "--prompt", "64", "--rest", "16", "--completion", "8", "--micro", "2"],
     "smollm2_episodes.py": ["--tasks", "1", "--attempts", "1", "--max-turns", "1", "--syncs", "1"],
 }
 

@@ -188,17 +188,24 @@ def importance_weights(old_logp: torch.Tensor, response: torch.Tensor, samples: 
 
 def grpo_update(model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[TurnSample],  # noqa: PLR0913 (keyword-only settings of one update)
                 settings: LossSettings, *, pad_id: int, micro_batch_size: int, temperature: float,
-                max_grad_norm: float, share_prefix: bool = True, is_threshold: float | None = None) -> UpdateResult:
+                max_grad_norm: float, share_prefix: bool = True, is_threshold: float | None = None,
+                sort_by_prompt: bool = False) -> UpdateResult:
     """One optimizer step over all `samples`, accumulated in micro-batches.
 
     The loss of each micro-batch is aggregated against the whole batch's token and sequence
     counts, so the accumulated gradient equals the full batch's (token-mean over the batch).
     `share_prefix=False` runs every full sequence (needed with gradient checkpointing, which
     turns the key/value cache off). `is_threshold` multiplies each token's policy-gradient term by its
-    truncated importance weight against the sampler's log-probs (None: no correction).
+    truncated importance weight against the sampler's log-probs (None: no correction). `sort_by_prompt` cuts the
+    micro-batches from the samples sorted by prompt rather than in the order they came: turns of one episode, task
+    and domain then sit together, so each micro-batch shares a longer prefix, and none mixes two domains' prompts
+    (a micro-batch with no common prefix runs full sequences, with vocabulary-sized logits at every position).
+    The gradient is the same function either way; only the order of floating-point sums differs.
     """
     if not samples:
         raise ValueError("grpo_update needs at least one sample")
+    if sort_by_prompt:
+        samples = sorted(samples, key=lambda sample: sample.prompt_ids)
     total_tokens = sum(len(s.completion_ids) for s in samples)
     model.train()
     optimizer.zero_grad(set_to_none=True)

@@ -223,7 +223,7 @@ class NativeRecipe:
             grpo_update, policy.model, self.optimizer, samples, settings, pad_id=policy.pad_id,
             micro_batch_size=cfg.grpo.micro_batch_size, temperature=cfg.model.temperature,
             max_grad_norm=cfg.grpo.max_grad_norm, share_prefix=not cfg.grpo.gradient_checkpointing,
-            is_threshold=cfg.grpo.is_threshold))
+            is_threshold=cfg.grpo.is_threshold, sort_by_prompt=cfg.grpo.sort_by_prompt))
         say("sending the weights to vLLM")
         await self.on_trainer_thread(policy.sync_weights, step + 1)
         return Updated(samples, update, staleness, time.perf_counter() - started)

@@ -352,12 +352,14 @@ def write_mock_pool(path: Path) -> Path:
 
 def train_case(root: Path, kills: int, steps: int, server: Any, *extra: str) -> Case:
     """Training the tiny llama of `server` (a running vLLM serving it as `tiny`: its rollouts); `extra`
-    overrides follow the case's own."""
+    overrides follow the case's own. Every checkpoint is kept (`grpo.keep_checkpoints=null`): the clean and the
+    killed runs are compared step by step."""
     pool = write_mock_pool(root / "pool.json")
     return Case("train", ("stage=train", f"train.pool={pool}", f"model.path={server.spec.directory}", "model.name=tiny",
                           f"model.endpoint.base_url={server.base_url}", "model.endpoint.model=tiny",
                           "model.max_new_tokens=2", "grpo=cpu_small", f"grpo.steps={steps}",
-                          "grpo.lr=1e-2", "grpo.max_replacements=2", "eval.max_turns=3", *extra), kills)
+                          "grpo.lr=1e-2", "grpo.max_replacements=2", "grpo.keep_checkpoints=null", "eval.max_turns=3",
+                          *extra), kills)
 
 
 def eval_case(kills: int, tasks: int = 8, attempts: int = 8) -> Case:

@@ -184,6 +184,32 @@ def test_shared_prefix_gives_the_full_sequences_update():
     assert not torch.equal(weights_full, torch.cat([p.detach().flatten() for p in tiny_model().parameters()]))
 
 
+def test_sorting_turns_by_prompt_gives_the_same_update_with_shared_prefixes(monkeypatch):
+    """Turns of two domains interleaved (each domain's prompts share a head): in sampled order every micro-batch of
+    2 mixes them and shares no prefix; sorted by prompt, each micro-batch is one domain's and shares its head. The
+    update is the same to float precision."""
+    from tbx.rl import native
+
+    head_a, head_b = tuple(range(3, 20)), tuple(range(30, 19, -1))  # the tiny model's 32-token vocabulary
+    samples = [TurnSample(head_a + (21, 22), (23, 24, 25), 1.0), TurnSample(head_b + (26,), (27,), -1.0),
+               TurnSample(head_a + (21, 28, 29, 30), (31, 2), 0.5), TurnSample(head_b + (4,), (5, 6), -0.5)]
+    prefixes = []
+    counted = native.common_prefix_length
+    monkeypatch.setattr(native, "common_prefix_length", lambda micro: prefixes.append(counted(micro)) or prefixes[-1])
+    results = []
+    for ordered in (False, True):
+        prefixes.clear()
+        model = tiny_model()
+        out = grpo_update(model, torch.optim.SGD(model.parameters(), lr=0.1), samples, LossSettings(), pad_id=0,
+                          micro_batch_size=2, temperature=1.0, max_grad_norm=1e9, sort_by_prompt=ordered)
+        results.append((out, torch.cat([p.detach().flatten() for p in model.parameters()]), list(prefixes)))
+    (plain, weights_plain, shared_plain), (ordered, weights_ordered, shared_ordered) = results
+    assert shared_plain == [0, 0] and sorted(shared_ordered) == [len(head_b), len(head_a) + 1]
+    assert ordered.loss == pytest.approx(plain.loss, abs=1e-6) and ordered.grad_norm == pytest.approx(plain.grad_norm,
+                                                                                                     rel=1e-5)
+    assert torch.allclose(weights_ordered, weights_plain, atol=1e-6)
+
+
 def test_golden_two_steps_on_a_tiny_model():
     """Two native steps on a fixed tiny llama and fixed samples: the losses are the hand-worked
     on-policy value, the gradient norms the recorded ones, and the parameters move.
