@@ -77,8 +77,8 @@ class GrpoConfig:
     # Asynchronous GRPO: a step trains on turns sampled by weights at most this many versions old, while
     # the sampler keeps playing the next steps' groups during the update (docs/training.md); 0: synchronous.
     max_staleness: int = 0
-    # verl: stop the run when its trainer printed no line and stored no episode for this many seconds (a worker
-    # that died under it, e.g. killed by Ray's memory monitor, can leave verl waiting forever); null: no bound
+    # verl: stop the run when it stored no episode, logged no step and wrote no checkpoint for this many seconds (a
+    # worker that died under it, e.g. killed by Ray's memory monitor, leaves verl waiting forever); null: no bound
     verl_stall_s: float | None = 1800.0
     trainer: Trainer = Trainer.native  # native (transformers in-process) | verl (Ray + vLLM on clusters)
     verl_entry: str = "verl.trainer.main_ppo"  # verl: the module `python -m` runs with the overrides

@@ -2,8 +2,8 @@
 
 A trainer can wait forever on something that died under it (verl's weight sync on a vLLM server that
 Ray's memory monitor killed: docs/training.md). `StallWatch` watches such a run from a thread of its
-own: the caller marks progress (`progress()`, e.g. on each line the child prints) and a `probe` is read
-every `poll_s` seconds, a changed value counting as progress too (e.g. the number of stored episodes).
+own: a `probe` is read every `poll_s` seconds, and a changed value is progress (e.g. the number of stored
+episodes); the caller may mark progress itself too (`progress()`).
 When nothing moved for `limit_s` seconds it calls `on_stall` once and records that it did (`stalled`).
 """
 

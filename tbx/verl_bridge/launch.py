@@ -133,9 +133,12 @@ def run_verl_training(cfg: Config, manifest: PoolManifest, run_dir: Path, experi
     if hardware.cpu:
         environment |= cpu_environment(cfg.model.server.kv_cache_gib, hardware.cpus_per_node)
     keep_earlier_metrics(folder)
-    metrics_file = folder / METRICS_FILE
-    run_trainer(command, run_dir, environment, log_path, cfg.grpo.verl_stall_s,
-                progress=lambda: (store.stored_tries(), metrics_file.stat().st_mtime if metrics_file.exists() else 0))
+    watched = (folder / METRICS_FILE, Path(plan.paths.checkpoint_dir) / LATEST)  # a step logged, a checkpoint
+
+    def progress() -> tuple:
+        return store.stored_tries(), *(path.stat().st_mtime if path.exists() else 0 for path in watched)
+
+    run_trainer(command, run_dir, environment, log_path, cfg.grpo.verl_stall_s, progress)
     checkpoints = Path(plan.paths.checkpoint_dir)
     step = latest_verl_step(checkpoints)
     metrics = step_metrics(folder)
@@ -223,8 +226,9 @@ def run_trainer(command: list[str], run_dir: Path, environment: dict[str, str], 
     """Run `command` in the run folder to the end, its output to the terminal and the log. The trainer
     dies with this process (a SIGKILLed job leaves no verl driver behind; Ray's own daemons die with the
     job's Ray node, tbx/launch/ray_cluster.py, or with the driver that started them). With `stall_s`, a
-    trainer that prints no line and whose `progress()` value does not change for that long is stopped
-    (SIGTERM, SIGKILL after `STOP_GRACE_S`) and the run fails with an InfraError that says so."""
+    trainer whose `progress()` value does not change for that long is stopped (SIGTERM, SIGKILL after
+    `STOP_GRACE_S`) and the run fails with an InfraError that says so. Its output is no sign of progress:
+    verl logs its rollout counters every minute while it waits on dead workers."""
     tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
     with log_path.open("a") as log, subprocess.Popen(command, cwd=run_dir, stdout=subprocess.PIPE, env=environment,
                                                      stderr=subprocess.STDOUT, text=True, bufsize=1,
@@ -236,18 +240,17 @@ def run_trainer(command: list[str], run_dir: Path, environment: dict[str, str], 
                 log.write(line)
                 tail.append(line)
                 sys.stdout.write(line)
-                if watch:
-                    watch.progress()
             code = process.wait()
         finally:
             if watch:
                 watch.stop()
     if watch and watch.stalled:
-        raise InfraError(f"verl's trainer printed nothing and stored no episode for {stall_s:g} s "
-                         "(grpo.verl_stall_s), so tbx stopped it: a worker may have died under it (Ray's memory "
-                         "monitor says so in the log). Run the same command again to resume from its last "
-                         "checkpoint, with more memory free or a larger grpo.verl_stall_s where a step "
-                         f"legitimately stays silent longer; the end of {log_path}:\n" + "".join(tail))
+        raise InfraError(f"verl's trainer stored no episode, logged no step and wrote no checkpoint for {stall_s:g} s "
+                         "(grpo.verl_stall_s), so tbx stopped it: a worker may have died under it (the log says "
+                         "which: Ray's memory monitor, a worker that died). Run the same command again to resume "
+                         "from its last checkpoint, with more memory free, or give a larger grpo.verl_stall_s where "
+                         f"a step's update or the start legitimately takes longer; the end of {log_path}:\n"
+                         + "".join(tail))
     if code != 0:
         raise InfraError(f"verl's trainer exited with status {code}; the end of {log_path}:\n" + "".join(tail))
 
