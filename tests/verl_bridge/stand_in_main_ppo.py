@@ -6,9 +6,9 @@ exit with a chosen failure status, or to draw only zero-variance groups, which i
   path is shown;
 - `STAND_IN_EXIT=0` with `STAND_IN_GRAD_NORMS=0,0`: writes what verl leaves after those steps (one
   line per step in its file logger's format, a checkpoint pointer to the last step) and exits 0;
-- `STAND_IN_HANG=<file>`: writes its pid to that file and then waits forever, logging its counters every
-  0.1 s, as verl does on rollout workers that died under it (tests/verl_bridge/test_verl_stall_cpu.py
-  kills the real one's, in a run of several minutes).
+- `STAND_IN_HANG=<file>`: writes its pid to that file and waits, logging its counters every 0.1 s, as verl
+  does on rollout workers that died under it (tests/verl_bridge/test_verl_stall_cpu.py kills the real one's,
+  in a run of several minutes); after two minutes it exits 5, so a bridge that never stops it fails its test.
 """
 
 import json
@@ -17,14 +17,18 @@ import sys
 import threading
 from pathlib import Path
 
+HANG_TICKS = 1200  # 0.1 s each: two minutes
 LOGGER = "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH"
 
 
 def main() -> int:
     if hang := os.environ.get("STAND_IN_HANG"):
         Path(hang).write_text(str(os.getpid()))
-        while not threading.Event().wait(0.1):
+        for _ in range(HANG_TICKS):  # a bound of its own, so a bridge that never stops it fails its test, not hangs
+            threading.Event().wait(0.1)
             print("stand-in: pending: 0, running: 2, finished: 0, failure: 0", flush=True)
+        print("stand-in: nothing stopped me", flush=True)
+        return 5
     code = int(os.environ.get("STAND_IN_EXIT", "3"))
     if code:
         print("stand-in: failing as asked", flush=True)
