@@ -145,7 +145,8 @@ def check_grpo(cfg: Config) -> None:
                    "checkpoint", "give grpo.keep_checkpoints >= 1, or null to keep every checkpoint")
     if cfg.grpo.verl_stall_s is not None and cfg.grpo.verl_stall_s <= 0:
         raise fail(cfg, "grpo.verl_stall_s", f"is {cfg.grpo.verl_stall_s}",
-                   "give the seconds a verl run may go without output or a stored episode (e.g. 1800), or null")
+                   "give the seconds a verl run may go without storing an episode, logging a step or writing a "
+                   "checkpoint (e.g. 1800), or null")
     if cfg.grpo.lr <= 0:
         raise fail(cfg, "grpo.lr", f"is {cfg.grpo.lr}", "give a positive learning rate (the reference: 1e-6)")
     if cfg.grpo.trainer == "native" and cfg.grpo.kl_coef != 0:
