@@ -9,6 +9,7 @@ When nothing moved for `limit_s` seconds it calls `on_stall` once and records th
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ class StallWatch:
                  poll_s: float | None = None):
         self.limit_s, self.on_stall, self.probe = limit_s, on_stall, probe
         self.poll_s = poll_s if poll_s is not None else min(30.0, limit_s / 4)
-        self.stalled = False
+        self.stalled, self._warned = False, False
         self._last = time.monotonic()
         self._seen = self._read()
         self._done = threading.Event()
@@ -46,7 +47,11 @@ class StallWatch:
     def _read(self) -> object:
         try:
             return self.probe()
-        except Exception:  # a probe that fails (a store briefly unreachable, say) shows no progress
+        except Exception as exc:  # a probe that fails (a store briefly unreachable, say) shows no progress
+            if not self._warned:
+                self._warned = True
+                print(f"tbx: the progress check failed ({type(exc).__name__}: {exc}); until it works again, "
+                      f"the run counts as making no progress", file=sys.stderr, flush=True)
             return getattr(self, "_seen", None)
 
     def stop(self) -> None:

@@ -34,7 +34,7 @@ def test_a_changing_probe_is_progress():
     assert len(reads) > 40  # the stall came only after the probe stopped changing
 
 
-def test_a_failing_probe_shows_no_progress():
+def test_a_failing_probe_shows_no_progress_and_says_so(capfd):
     stopped = threading.Event()
 
     def probe():
@@ -44,3 +44,4 @@ def test_a_failing_probe_shows_no_progress():
     assert stopped.wait(60)
     watch.stop()
     assert watch.stalled
+    assert capfd.readouterr().err.count("the progress check failed (OSError: store unreachable)") == 1
