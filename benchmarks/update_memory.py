@@ -53,14 +53,14 @@ def one_update(args: argparse.Namespace) -> dict:
     for parameter in model.parameters():
         parameter.requires_grad_(True)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
+    samples = turns(args)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     started = time.perf_counter()
-    result = grpo_update(model, optimizer, turns(args), LossSettings(), pad_id=0, micro_batch_size=args.micro,
+    result = grpo_update(model, optimizer, samples, LossSettings(), pad_id=0, micro_batch_size=args.micro,
                          temperature=1.0, max_grad_norm=1.0, sort_by_prompt=args.one == "sorted")
     return {"order": args.one, "seconds": time.perf_counter() - started, "loaded_gb": before,
             "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, "loss": result.loss,
-            "grad_norm": result.grad_norm, "tokens": sum(len(s.prompt_ids) + len(s.completion_ids)
-                                                          for s in turns(args))}
+            "grad_norm": result.grad_norm, "tokens": sum(len(s.prompt_ids) + len(s.completion_ids) for s in samples)}
 
 
 def main() -> None:

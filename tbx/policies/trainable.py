@@ -28,6 +28,7 @@ from tbx.config import Config
 from tbx.errors import InfraError
 from tbx.policies.base import Agent, EpisodeContext, Policy
 from tbx.policies.vllm import Served, Turn, VLLMAgent, VLLMPolicy, serve
+from tbx.process.durable import prune_step_folders
 from tbx.vllm.weights import save_for_reload
 
 KEPT_WEIGHTS = 2  # weight folders kept under <run>/weights (the served one and the one before)
@@ -93,16 +94,8 @@ class TrainablePolicy(VLLMPolicy):
             seconds = self.server.load_weights(folder, version)
         self.weights_version = version
         self.sync_seconds.append(seconds)
-        self._prune(step)
+        prune_step_folders(self.weights_dir, step, KEPT_WEIGHTS)  # the served step's folder and the one before
         return seconds
-
-    def _prune(self, step: int) -> None:
-        """Keep the served step's folder and the one before it. Later steps' folders are a killed run's,
-        which a resumed run replays: they go too."""
-        steps = sorted(int(p.name.removeprefix("step_")) for p in self.weights_dir.glob("step_*"))
-        kept = [s for s in steps if s <= step][-KEPT_WEIGHTS:]
-        for old in set(steps) - set(kept):
-            shutil.rmtree(self.weights_dir / f"step_{old}", ignore_errors=True)
 
     def check_samples(self, turns: list[Turn]) -> None:
         """Raise `StaleSamplesError` when a turn was sampled (in whole or part) by other weights."""

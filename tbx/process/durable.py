@@ -135,3 +135,13 @@ def ensure_folder(path: Path, field: str = "out_root") -> Path:
             raise unwritable(path, exc, field) from None
         raise
     return path
+
+
+def prune_step_folders(folder: Path, step: int, keep: int) -> None:
+    """Delete the `step_<n>` folders under `folder` but the newest `keep` with n <= `step`. Folders of later
+    steps are a killed run's, which a resumed run replays: they go too."""
+    found = {int(path.name.removeprefix("step_")): path for path in folder.glob("step_*") if path.is_dir()}
+    kept = set(sorted(n for n in found if n <= step)[-keep:])
+    for n, path in sorted(found.items()):
+        if n not in kept:
+            shutil.rmtree(path, ignore_errors=True)

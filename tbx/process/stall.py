@@ -3,7 +3,7 @@
 A trainer can wait forever on something that died under it (verl's weight sync on a vLLM server that
 Ray's memory monitor killed: docs/training.md). `StallWatch` watches such a run from a thread of its
 own: a `probe` is read every `poll_s` seconds, and a changed value is progress (e.g. the number of stored
-episodes); the caller may mark progress itself too (`progress()`).
+episodes).
 When nothing moved for `limit_s` seconds it calls `on_stall` once and records that it did (`stalled`).
 """
 
@@ -27,19 +27,12 @@ class StallWatch:
         self._thread = threading.Thread(target=self._watch, name="tbx-stall-watch", daemon=True)
         self._thread.start()
 
-    def progress(self) -> None:
-        self._last = time.monotonic()
-
-    def idle_s(self) -> float:
-        return time.monotonic() - self._last
-
     def _watch(self) -> None:
         while not self._done.wait(self.poll_s):
             seen = self._read()
             if seen != self._seen:
-                self._seen = seen
-                self.progress()
-            elif self.idle_s() >= self.limit_s:
+                self._seen, self._last = seen, time.monotonic()
+            elif time.monotonic() - self._last >= self.limit_s:
                 self.stalled = True
                 self.on_stall()
                 return

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tbx.process.durable import fsync_path
+from tbx.process.durable import fsync_path, prune_step_folders
 
 LATEST = "latest.json"
 
@@ -64,18 +64,9 @@ def save_checkpoint(folder: Path, step: int, model: torch.nn.Module, optimizer: 
     fsync_path(pointer)
     pointer.replace(folder / LATEST)
     fsync_path(folder)
-    if keep is not None:
-        prune_checkpoints(folder, step, keep)
+    if keep is not None:  # only after the pointer has moved, so a kill mid-delete leaves the run resumable
+        prune_step_folders(folder, step, keep)
     return final
-
-
-def prune_checkpoints(folder: Path, step: int, keep: int) -> None:
-    """Delete the checkpoints under `folder` but the newest `keep` up to `step` (the one `latest.json` names):
-    only after the pointer has moved, so a kill mid-delete leaves the run resumable."""
-    steps = sorted(int(p.name.removeprefix("step_")) for p in folder.glob("step_*") if p.is_dir())
-    kept = [s for s in steps if s <= step][-keep:]
-    for old in sorted(set(steps) - set(kept)):
-        shutil.rmtree(folder / f"step_{old:05d}", ignore_errors=True)
 
 
 def latest_checkpoint(folder: Path) -> Path | None:

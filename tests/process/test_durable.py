@@ -83,3 +83,18 @@ def test_check_writable_names_a_read_only_folder(tmp_path, monkeypatch):
     monkeypatch.setattr("builtins.open", refuse)
     with pytest.raises(ConfigError, match="cannot be written \\(the file system is read-only\\)"):
         check_writable(tmp_path / "out")
+
+
+def test_pruning_keeps_the_newest_step_folders_up_to_the_step(tmp_path):
+    """Checkpoints (`step_00003`) and served weights (`step_3`) are pruned alike: the newest `keep` up to the
+    step stay, a killed run's later steps go, and other entries are left."""
+    from tbx.process.durable import prune_step_folders
+
+    for name in ("step_00001", "step_00002", "step_00003", "step_00005", ".step_00004.partial"):
+        (tmp_path / "ckpt" / name).mkdir(parents=True)
+    prune_step_folders(tmp_path / "ckpt", 3, 2)
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [".step_00004.partial", "step_00002", "step_00003"]
+    for name in ("step_1", "step_2", "step_10"):
+        (tmp_path / "weights" / name).mkdir(parents=True)
+    prune_step_folders(tmp_path / "weights", 10, 2)
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["step_10", "step_2"]
