@@ -13,6 +13,7 @@ def test_a_file_cut_anywhere_reads_as_a_prefix_of_its_rows(tmp_path):
     for step in range(60):
         run.log({"step": step, "text": "x" * (step * 40)})  # rows of growing size cross the 32 KiB blocks
     run.finish()
+    wandb_reader.finished(tmp_path / "whole")  # finish() can return before W&B's writer has appended every row
     whole = wandb_reader.history(tmp_path / "whole")
     assert [row["step"] for row in whole] == list(range(60))
 

@@ -83,6 +83,20 @@ def table(run_dir: str | Path, key: str) -> dict:
     raise KeyError(key)
 
 
+def finished(run_dir: str | Path, timeout_s: float = 30.0) -> None:
+    """Wait until the (single) offline run under `run_dir` holds its exit record, the last one W&B writes:
+    `finish()` can return while W&B's writer process still appends rows (CI once read 53 of 60)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
+        assert len(files) <= 1, files
+        if files and any(r.WhichOneof("record_type") == "exit" for r in _records(Path(files[0]))):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no exit record in {files} within {timeout_s} s")
+        time.sleep(0.1)
+
+
 def run_group(run_dir: str | Path, timeout_s: float = 30.0) -> str:
     """The W&B group the (single) offline run under `run_dir` was started in. W&B's writer process may still be
     flushing after `finish()` returns (on a loaded machine, seconds later): it polls until the run record shows."""
