@@ -13,9 +13,10 @@ sample with SmolLM2 on CPU, select, train a few GRPO steps, evaluate base and tr
 Every stage goes through `tbx.launch`: a checked job plan, then submitit (in this process by
 default, `hardware=slurm_...` for Slurm). Heavy imports happen inside the stage. Errors in user
 input, an unreachable service or a disk that refuses writes print one clear line (file, field, fix)
-and exit with status 2; a run whose every attempt errored exits with status 3 after writing its
-summary; Ctrl-C, or a campaign worker killed by a signal, prints one line and exits 130 (the same command
-resumes; the statuses: tbx/errors.py, docs/guarantees.md).
+and exit with status 2; a service that fails for good while the run goes prints one line and exits 5;
+a run whose every attempt errored exits with status 3 after writing its summary; Ctrl-C, or a campaign
+worker killed by a signal, prints one line and exits 130 (the same command resumes after 5 and 130;
+the statuses: tbx/errors.py, docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from tbx.config import Config, register_configs
 from tbx.config.checks import check_composed, compose_config, config_object, sweep_jobs
-from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError, RunInterrupted
+from tbx.errors import EXIT_INPUT, EXIT_INTERRUPTED, InputError, RunInterrupted, exit_status
 from tbx.launch import dispatch, plan_for, run_stage  # noqa: F401 - run_stage: for callers and tests
 from tbx.process.durable import check_writable
 from tbx.stages.environment import check_config
@@ -143,7 +144,7 @@ def main(dict_cfg: DictConfig) -> None:
         result = dispatch(cfg, plan)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        sys.exit(EXIT_INPUT)
+        sys.exit(exit_status(exc))
     except RunInterrupted as exc:  # as after Ctrl-C: what finished is stored
         print(f"interrupted: {exc}; the tries that finished are stored; the same command resumes the run",
               file=sys.stderr)

@@ -11,11 +11,15 @@ from __future__ import annotations
 # environment to fix (one line: file, field, fix; nothing of an earlier run changed); 3 the run ended
 # but no attempt reached a verdict (every one errored): its summary is written, pass@1 is undefined;
 # 4 a training run ended without a single model update (every group zero-variance): no trained model;
+# 5 a service failed for good while the run was going (after its own retries: a model server, the backend,
+# verl's trainer, a Ray cluster): one line, what finished is stored, the same command resumes once the
+# service is back (a scheduler may retry on 5 and not on 2);
 # 130 interrupted by Ctrl-C (SIGINT) or a campaign worker killed by a signal (the out-of-memory killer), one
 # line, what finished is stored, the same command resumes.
 EXIT_INPUT = 2
 EXIT_NO_VERDICT = 3
 EXIT_NO_UPDATE = 4
+EXIT_INFRA = 5
 EXIT_INTERRUPTED = 130
 
 
@@ -78,3 +82,13 @@ class TaskFormatError(InputError):
 
 class ConfigError(InputError):
     """A configuration value is wrong or inconsistent."""
+
+
+class ServiceStopped(InputError):
+    """A service failed for good while the run was going (an InfraError outside any episode): one line in
+    an InputError's shape, but exit status EXIT_INFRA, since nothing in the input needs changing."""
+
+
+def exit_status(error: InputError) -> int:
+    """launch.py's exit status for a one-line error: EXIT_INFRA for a failed service, else EXIT_INPUT."""
+    return EXIT_INFRA if isinstance(error, ServiceStopped) else EXIT_INPUT

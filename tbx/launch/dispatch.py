@@ -38,7 +38,7 @@ from submitit.helpers import Checkpointable
 from submitit.local.debug import DebugJob
 
 from tbx.config import Config
-from tbx.errors import ConfigError, InfraError, InputError
+from tbx.errors import ConfigError, InfraError, InputError, ServiceStopped
 from tbx.launch.plan import JobPlan, executor_parameters
 from tbx.launch.ray_cluster import RaySpec, run_on_ray_cluster
 from tbx.process.durable import is_disk_error, unwritable
@@ -94,8 +94,8 @@ def stopping_error(exc: InfraError | OSError) -> InputError:
     write, or a service that failed for good (after its own retries) while the run was going. The run
     resumes when the same command runs again. Any other OSError is a bug and keeps its traceback."""
     if isinstance(exc, InfraError):
-        return ConfigError("(the run)", "(a service it uses)", str(exc).splitlines()[0],
-                           "check that service, then run the same command again: the run resumes")
+        return ServiceStopped("(the run)", "(a service it uses)", str(exc).splitlines()[0],
+                              "check that service, then run the same command again: the run resumes")
     if is_disk_error(exc):
         return unwritable(exc.filename or "(a run file)", exc)
     raise exc

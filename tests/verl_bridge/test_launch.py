@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from tbx.errors import EXIT_NO_UPDATE, InfraError
+from tbx.errors import EXIT_INFRA, EXIT_NO_UPDATE, InfraError
 from tbx.records import PoolManifest
 from tbx.store import open_store
 from tbx.verl_bridge import launch
@@ -25,8 +25,10 @@ from tbx.verl_bridge.launch import (
     step_times,
     verl_command,
 )
+from tests.helpers.stage import launch as launch_py
 from tests.launch import ROOT, compose_cfg
 from tests.verl_bridge.pools import manifest
+from tests.verl_bridge.verl_run import write_pool as write_runnable_pool
 
 STAND_IN = "tests.verl_bridge.stand_in_main_ppo"
 
@@ -69,6 +71,21 @@ def test_a_failing_trainer_is_an_infra_error_quoting_its_log(tmp_path, monkeypat
         run_verl_training(verl_cfg(tmp_path), pool, run_dir, "exp", store)
     store.close()
     assert "failing as asked" in (run_dir / "verl" / "main_ppo.log").read_text()
+
+
+def test_a_trainer_failing_mid_run_ends_launch_py_with_one_line_and_status_5(tmp_path, monkeypatch):
+    """Through launch.py: a service that fails for good while the run goes (here verl's trainer) is one line and
+    exit status 5 (EXIT_INFRA), not 2 (bad input), so a scheduler can tell "retry" from "fix the input"."""
+    monkeypatch.setenv("STAND_IN_EXIT", "3")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pool = write_runnable_pool(tmp_path / "pool.json")
+    done = launch_py("stage=train", "grpo.trainer=verl", f"grpo.verl_entry={STAND_IN}", "grpo.groups_per_step=1",
+                     "grpo.group_size=2", f"train.pool={pool}", f"out_root={tmp_path}/out")
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == EXIT_INFRA and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert len(errors) == 1 and "verl's trainer exited with status 3" in errors[0], done.stderr[-3000:]
+    assert "Fix: check that service, then run the same command again" in errors[0]
 
 
 def test_a_trainer_that_stops_making_progress_is_stopped_with_an_infra_error(tmp_path, monkeypatch):
