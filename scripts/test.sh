@@ -21,16 +21,25 @@ status=0
 # down as its heap grows (its garbage collections walk every object the earlier tests left).
 WORKERS=${TBX_TEST_WORKERS:-2}
 .venv/bin/python -m pytest -m "not verl" -n "$WORKERS" --dist loadfile --durations=15 "$@" || status=$?  # the 15 slowest, for the time budget
+# The adapters of tbx.envs against TRL, verifiers and OpenEnv, in .venv-envs (tests/envs, marker `envs`; in
+# .venv they skip). Run with the whole suite, but for the slow ones (vf-eval runs, one against tbx's vLLM; 2 TRL GRPO
+# steps on mock and on the training sample: .venv-envs/bin/python -m pytest -m envs tests/envs; times in
+# docs/environments.md). TBX_SKIP_ENVS=1 skips them. They are light (under a minute), so they run beside the verl
+# suite, whose real training run mostly waits on its own processes; their output follows the verl suite's.
+ENVS_PID=""
+if [ "${TBX_SKIP_ENVS:-0}" != 1 ] && [ $# -eq 0 ]; then
+  ENVS_LOG=$(mktemp)
+  .venv-envs/bin/python -m pytest -m "envs and not slow" tests/envs -q -p no:cacheprovider > "$ENVS_LOG" 2>&1 &
+  ENVS_PID=$!
+fi
 if [ "$VERL_TESTS" = 1 ]; then
   echo "[test] the verl suite in .venv-vllm"
   .venv-vllm/bin/python -m pytest -m verl -p no:cacheprovider --durations=5 "$@" || status=$?
 fi
-# The adapters of tbx.envs against TRL, verifiers and OpenEnv, in .venv-envs (tests/envs, marker `envs`; in
-# .venv they skip). Run with the whole suite, but for the slow ones (vf-eval runs, one against tbx's vLLM; 2 TRL GRPO
-# steps on mock and on the training sample: .venv-envs/bin/python -m pytest -m envs tests/envs; times in
-# docs/environments.md). TBX_SKIP_ENVS=1 skips them.
-if [ "${TBX_SKIP_ENVS:-0}" != 1 ] && [ $# -eq 0 ]; then
-  echo "[test] the envs suite in .venv-envs"
-  .venv-envs/bin/python -m pytest -m "envs and not slow" tests/envs -q -p no:cacheprovider || status=$?
+if [ -n "$ENVS_PID" ]; then
+  echo "[test] the envs suite in .venv-envs (run beside the verl suite)"
+  wait "$ENVS_PID" || status=$?
+  cat "$ENVS_LOG"
+  rm -f "$ENVS_LOG"
 fi
 exit $status
