@@ -32,9 +32,7 @@ STAMP=".venv/.tbx-setup-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$STAMP" ]; then
   finish
 fi
-# --no-compile: Python compiles a module's bytecode on its first import instead of pip compiling all ~76,000
-# files of the three venvs at install (about 4.5 CPU-minutes on a 2-core machine, most never imported)
-pip_q() { .venv/bin/pip install -q --disable-pip-version-check --no-compile "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+pip_q() { .venv/bin/pip install -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 T0=$(date +%s)
 # torch first, pinned: this machine has the CPU build 2.13.0 on local disk; an unpinned torch
 # would pull a multi-GB CUDA build.

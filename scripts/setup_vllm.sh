@@ -41,9 +41,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
   echo "*" > "$VENV/.gitignore"
 fi
-# pip's own errors stay visible (only this machine's notes about absent local indexes are dropped);
-# --no-compile: bytecode on first import (scripts/setup.sh says why)
-pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check --no-compile ${TBX_TORCH_INDEX:+--extra-index-url "$TBX_TORCH_INDEX"} \
+# pip's own errors stay visible (only this machine's notes about absent local indexes are dropped)
+pip_q() { "$VENV/bin/pip" install -q --disable-pip-version-check ${TBX_TORCH_INDEX:+--extra-index-url "$TBX_TORCH_INDEX"} \
   -c "$LOCK" "$@" 2> >(grep -v "^WARNING: Location" >&2); }
 fail() {
   echo "[vllm] error: $1 ($(uname -s) $(uname -m))." >&2
