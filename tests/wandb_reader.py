@@ -86,27 +86,24 @@ def table(run_dir: str | Path, key: str) -> dict:
 def finished(run_dir: str | Path, timeout_s: float = 30.0) -> None:
     """Wait until the (single) offline run under `run_dir` holds its exit record, the last one W&B writes:
     `finish()` can return while W&B's writer process still appends rows (CI once read 53 of 60)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
-        assert len(files) <= 1, files
-        if files and any(r.WhichOneof("record_type") == "exit" for r in _records(Path(files[0]))):
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no exit record in {files} within {timeout_s} s")
-        time.sleep(0.1)
+    _first_record(run_dir, "exit", timeout_s)
 
 
 def run_group(run_dir: str | Path, timeout_s: float = 30.0) -> str:
     """The W&B group the (single) offline run under `run_dir` was started in. W&B's writer process may still be
     flushing after `finish()` returns (on a loaded machine, seconds later): it polls until the run record shows."""
+    return _first_record(run_dir, "run", timeout_s).run.run_group
+
+
+def _first_record(run_dir: str | Path, kind: str, timeout_s: float):
+    """The first record of type `kind` in the (single) offline run under `run_dir`, polled until it shows."""
     deadline = time.monotonic() + timeout_s
     while True:
         files = glob.glob(str(Path(run_dir) / "wandb" / "offline-run-*" / "run-*.wandb"))
         assert len(files) <= 1, files
         for record in _records(Path(files[0])) if files else ():
-            if record.WhichOneof("record_type") == "run":
-                return record.run.run_group
+            if record.WhichOneof("record_type") == kind:
+                return record
         if time.monotonic() > deadline:
-            raise KeyError(f"no run record in {files} within {timeout_s} s")
+            raise KeyError(f"no {kind} record in {files} within {timeout_s} s")
         time.sleep(0.1)
